@@ -1,0 +1,99 @@
+"""The typed configuration of one run: every field has a docstring that doubles as its CLI help."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from shardlab.core.errors import UserError
+
+Precision = Literal["auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed"]
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+    strategy: str = "ddp"
+    """Strategy preset name (see `recipe strategies`)."""
+    offload: Optional[Literal["optimizer", "all"]] = None
+    """Move the optimizer (or optimizer and parameters) to CPU: picks the offloading preset of the strategy's family."""
+    model: str = "tiny"
+    """`tiny`, `llama-1b` (TinyLlama's shape, random weights) or a local Hugging Face Llama folder."""
+    data: Optional[str] = None
+    """Local .txt/.md/.jsonl file or folder of them; default: the corpus shipped with shardlab."""
+    accelerator: Literal["cpu", "gpu", "auto"] = "auto"
+    """Where to run: `auto` takes the GPUs if there are any."""
+    devices: Union[int, Literal["auto"]] = "auto"
+    """Processes per node: `auto` is every GPU, or 2 CPU processes."""
+    num_nodes: int = Field(1, ge=1)
+    """Number of nodes."""
+    precision: Precision = "auto"
+    """Lightning precision; `auto` is bf16-mixed on a GPU with bf16, else 32-true."""
+    max_steps: int = Field(50, ge=1)
+    """Optimizer steps to train."""
+    micro_batch_size: int = Field(4, ge=1)
+    """Sequences per rank per forward pass."""
+    grad_accum: int = Field(1, ge=1)
+    """Micro-batches accumulated per optimizer step."""
+    seq_len: int = Field(128, ge=8)
+    """Tokens per training sequence."""
+    lr: float = Field(1e-3, gt=0, lt=1)
+    """AdamW learning rate (constant)."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    grad_clip: float = Field(1.0, ge=0)
+    """Clip gradients to this global norm; 0 turns clipping off."""
+    seed: int = Field(42, ge=0)
+    """Seed for the initial weights of a shipped config and the data order."""
+    output: Optional[str] = None
+    """Run folder for summary.json and hf/; default runs/STRATEGY."""
+
+    @field_validator("devices")
+    @classmethod
+    def _devices_positive(cls, v: Union[int, str]) -> Union[int, str]:
+        if v != "auto" and v < 1:
+            raise ValueError("must be at least 1, or auto")
+        return v
+
+
+def field_help(name: str) -> str:
+    return RunConfig.model_fields[name].description or ""
+
+
+def _flag(loc: tuple[Any, ...]) -> str:
+    return "--" + str(loc[0]).replace("_", "-") if loc else "--config"
+
+
+def describe_errors(err: ValidationError) -> str:
+    """All problems of a config on one line, each naming its flag."""
+    parts = []
+    for e in err.errors():
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field; known: " + ", ".join(RunConfig.model_fields)
+        given = "" if e["type"] == "extra_forbidden" else f" (got {e.get('input')!r})"
+        parts.append(f"{_flag(e['loc'])}: {msg}{given}")
+    return "; ".join(parts)
+
+
+def load_config(yaml_path: Optional[str], overrides: dict[str, Any]) -> RunConfig:
+    """YAML file first, then the flags the user gave; every problem reported at once."""
+    values: dict[str, Any] = {}
+    if yaml_path:
+        path = Path(yaml_path)
+        if not path.is_file():
+            raise UserError(f"--config {yaml_path}: no such file; give the path of a YAML run config")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise UserError(f"--config {yaml_path}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise UserError(f"--config {yaml_path}: expected a mapping of field: value, got {type(loaded).__name__}")
+        values.update({k.replace("-", "_"): v for k, v in (loaded or {}).items()})
+    values.update(overrides)
+    try:
+        return RunConfig(**values)
+    except ValidationError as e:
+        raise UserError(describe_errors(e)) from None

@@ -1,0 +1,7 @@
+"""Errors that are the user's to fix: the CLI prints them as one line and exits with code 2."""
+
+
+class UserError(Exception):
+    """Bad input: the message names the field (as a flag) and the fix. Never a traceback."""
+
+    exit_code = 2

@@ -1,0 +1,128 @@
+"""The Strategy interface: what every backend (built-in or plug-in) provides to the recipe.
+
+The recipe (``shardlab.recipes``) talks to this interface only. An adapter turns its typed options
+into a Lightning strategy and answers the questions the recipe asks; it never chooses a backend.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+Offload = Literal["none", "optimizer", "all"]
+
+
+class Capabilities(BaseModel):
+    """What a strategy can do; the selector and `recipe strategies` read this, never the class."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    cpu: bool = True
+    """Runs on CPU processes over gloo (what CI uses)."""
+    gpu: bool = True
+    """Runs on CUDA GPUs over NCCL."""
+    multi_node: bool = True
+    """Can span several nodes."""
+    offload: Offload = "none"
+    """What this preset keeps in CPU memory: nothing, the optimizer state, or optimizer and parameters."""
+    shards_optimizer: bool = False
+    """Optimizer states are split across ranks (ZeRO-1 and up)."""
+    shards_gradients: bool = False
+    """Gradients are split across ranks (ZeRO-2 and up)."""
+    shards_parameters: bool = False
+    """Parameters are split across ranks (ZeRO-3, FSDP)."""
+    export_16bit: bool = True
+    """Can write a consolidated Hugging Face folder from a 16-bit run."""
+    precisions: tuple[str, ...] = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
+    """Lightning precision strings this preset accepts."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the recipe tells a strategy about the run before it builds anything."""
+
+    accelerator: str  # "cpu" or "gpu", already resolved from "auto"
+    devices: int
+    num_nodes: int
+    precision: str
+    grad_accum: int
+    grad_clip: float
+    micro_batch_size: int
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.num_nodes
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """AdamW hyper-parameters; every strategy builds an optimizer that follows them."""
+
+    lr: float
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+
+
+@dataclass
+class ModelSource:
+    """Where the initial weights live: a Hugging Face folder every strategy loads from."""
+
+    folder: str
+    load_full: Callable[[], torch.nn.Module]
+    """Loads the whole model on CPU in fp32 (from_pretrained on the folder)."""
+    build_empty: Callable[[], torch.nn.Module]
+    """Builds the architecture without loading weights (random init, to be overwritten)."""
+    tensors: Callable[[], Iterable[tuple[str, torch.Tensor]]] = field(repr=False, default=None)  # type: ignore[assignment]
+    """Yields (name, tensor) pairs from the folder's weight files, one at a time."""
+
+
+class Strategy(ABC):
+    """One backend preset. Subclasses are thin adapters over a Lightning strategy."""
+
+    #: The registry fills these from the preset that built the instance.
+    name: str = ""
+    description: str = ""
+    capabilities: Capabilities = Capabilities()
+
+    def check(self, ctx: RunContext) -> None:
+        """Raise ``UserError`` for a combination this backend cannot run correctly (called before any process starts)."""
+        if ctx.precision not in self.capabilities.precisions:
+            from shardlab.core.errors import UserError
+
+            raise UserError(
+                f"--precision {ctx.precision}: strategy '{self.name}' supports "
+                f"{', '.join(self.capabilities.precisions)}; pick one of those or another strategy"
+            )
+
+    @abstractmethod
+    def lightning_strategy(self, ctx: RunContext) -> "pl.strategies.Strategy":
+        """The Lightning strategy object the Trainer runs with."""
+
+    def trainer_kwargs(self, ctx: RunContext) -> dict[str, Any]:
+        """Extra Trainer arguments (precision, clipping) this backend needs; defaults pass them through."""
+        return {"precision": ctx.precision, "gradient_clip_val": ctx.grad_clip or None}
+
+    def build_model(self, source: ModelSource, module: "pl.LightningModule") -> torch.nn.Module:
+        """Called inside ``configure_model``: materialise the model with the initial weights (and shard it)."""
+        return source.load_full()
+
+    def optimizer(self, params: Iterable[torch.nn.Parameter], spec: OptimizerSpec, ctx: RunContext) -> torch.optim.Optimizer:
+        """The optimizer this backend steps with."""
+        return torch.optim.AdamW(
+            params, lr=spec.lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay,
+            fused=ctx.accelerator == "gpu",
+        )
+
+    @abstractmethod
+    def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
+        """Collective: every rank calls it; rank 0 gets the consolidated fp32 weights on CPU, others None."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "capabilities": self.capabilities.model_dump()}

@@ -1,0 +1,104 @@
+"""The data side of the recipe: local text or JSONL, tokenised with the model folder's tokenizer,
+packed into fixed-length blocks, and handed to every strategy in the same order."""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from shardlab.core.errors import UserError
+
+TEXT_SUFFIXES = {".txt", ".md", ".text"}
+JSONL_SUFFIXES = {".jsonl", ".json"}
+
+
+def embedded_corpus() -> str:
+    """Python's Language Reference text (PSF licence), shipped so `recipe run` needs no download."""
+    return resources.files("shardlab.recipes").joinpath("assets/corpus.txt").read_text(encoding="utf-8")
+
+
+def _jsonl_texts(file: Path) -> list[str]:
+    texts = []
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise UserError(f"--data {file}: line {n} is not JSON; each line must be an object with a 'text' field") from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise UserError(f"--data {file}: line {n} has no string 'text' field")
+        texts.append(record["text"])
+    return texts
+
+
+def read_texts(path: Optional[str]) -> list[str]:
+    if path is None:
+        return [embedded_corpus()]
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"--data {path}: no such file or folder; give a .txt, .md or .jsonl file or a folder of them")
+    files = sorted(f for f in (root.rglob("*") if root.is_dir() else [root])
+                   if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES | JSONL_SUFFIXES)
+    if not files:
+        raise UserError(f"--data {path}: no .txt, .md or .jsonl files found")
+    texts: list[str] = []
+    for f in files:
+        try:
+            texts += _jsonl_texts(f) if f.suffix.lower() in JSONL_SUFFIXES else [f.read_text(encoding="utf-8")]
+        except UnicodeDecodeError:
+            raise UserError(f"--data {f}: not UTF-8 text") from None
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise UserError(f"--data {path}: the files hold no text")
+    return texts
+
+
+def token_blocks(texts: list[str], tokenizer, seq_len: int) -> torch.Tensor:
+    """Documents joined with EOS and cut into [n, seq_len] blocks (the tail that does not fill one is dropped)."""
+    eos = tokenizer.eos_token_id
+    ids: list[int] = []
+    for text in texts:
+        ids += tokenizer(text, add_special_tokens=False)["input_ids"]
+        if eos is not None:
+            ids.append(eos)
+    n = len(ids) // seq_len
+    return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+class Blocks(Dataset):
+    def __init__(self, blocks: torch.Tensor) -> None:
+        self.blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.blocks[i]
+
+
+class LlamaData(pl.LightningDataModule):
+    """Same seed, same world size -> the same global batches in the same order for every strategy."""
+
+    def __init__(self, blocks: torch.Tensor, micro_batch_size: int, seed: int) -> None:
+        super().__init__()
+        self.dataset, self.micro_batch_size, self.seed = Blocks(blocks), micro_batch_size, seed
+
+    def train_dataloader(self) -> DataLoader:
+        sampler = DistributedSampler(self.dataset, num_replicas=self.trainer.world_size, rank=self.trainer.global_rank,
+                                     shuffle=True, seed=self.seed, drop_last=True)
+        return DataLoader(self.dataset, batch_size=self.micro_batch_size, sampler=sampler, drop_last=True)
+
+
+def check_enough(blocks: torch.Tensor, micro_batch_size: int, world_size: int, seq_len: int) -> None:
+    need = micro_batch_size * world_size
+    if len(blocks) < need:
+        raise UserError(
+            f"--data: {len(blocks)} blocks of {seq_len} tokens, but one step needs {need} "
+            f"(micro-batch x world size); give more text, or lower --seq-len or --micro-batch-size"
+        )

@@ -1,0 +1,84 @@
+"""The consolidated Hugging Face export: gathered from any strategy, written under a temporary name,
+reloaded and checked against the trained model's logits before it is renamed into place."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import lightning.pytorch as pl
+import torch
+
+from shardlab.core.errors import UserError
+
+# Max |logit difference| / max(1, max |logit|) allowed between the trained model and the reloaded export.
+# fp32: both sides compute the same thing; 16-bit: the export holds the fp32 master weights while a
+# DeepSpeed module computes with 16-bit copies of them, and matmuls round to bf16's 8-bit mantissa.
+TOLERANCE = {"32-true": 1e-4, "bf16-mixed": 5e-2, "bf16-true": 5e-2, "16-mixed": 2e-2}
+EXPORT_DTYPE = {"bf16-true": torch.bfloat16}
+
+
+class ExportError(UserError):
+    """The export did not reproduce the trained model: the run fails."""
+
+
+def _logits(model: torch.nn.Module, batch: torch.Tensor, precision: str) -> torch.Tensor:
+    dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16") else None
+    with torch.no_grad(), torch.autocast(batch.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        return model(input_ids=batch).logits.float()
+
+
+class HFExport(pl.Callback):
+    """Collective part in on_train_end (every rank), files on rank 0 only."""
+
+    def __init__(self, source_folder: str, output: Path, probe: torch.Tensor, precision: str) -> None:
+        self.source_folder, self.final, self.probe, self.precision = source_folder, output / "hf", probe, precision
+        self.max_abs_diff: Optional[float] = None
+        self.rel_diff: Optional[float] = None
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module) -> None:
+        model = pl_module.model
+        state = pl_module.strategy.full_state_dict(model)
+        probe = self.probe.to(pl_module.device)
+        model.eval()
+        trained = _logits(model, probe, self.precision)
+        problem = None
+        if trainer.global_rank == 0:
+            try:
+                self._write_and_verify(state, trained, pl_module.device)
+            except ExportError as e:
+                problem = str(e)
+        problem = trainer.strategy.broadcast(problem, src=0)  # every rank fails together, none hangs
+        if problem:
+            raise ExportError(problem)
+
+    def _write_and_verify(self, state: dict[str, torch.Tensor], trained: torch.Tensor, device: torch.device) -> None:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+        dtype = EXPORT_DTYPE.get(self.precision, torch.float32)
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".hf.tmp-", dir=self.final.parent))
+        try:
+            config = AutoConfig.from_pretrained(self.source_folder)
+            config.dtype = dtype
+            with torch.device("meta"):
+                shell = LlamaForCausalLM(config)
+            shell.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=True)
+            shell.save_pretrained(tmp, safe_serialization=True)
+            AutoTokenizer.from_pretrained(self.source_folder).save_pretrained(tmp)
+            reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype).to(device).eval()
+            again = _logits(reloaded, self.probe.to(device), self.precision)
+            self.max_abs_diff = float((again - trained).abs().max())
+            self.rel_diff = self.max_abs_diff / max(1.0, float(trained.abs().max()))
+            if not self.rel_diff <= TOLERANCE[self.precision]:
+                raise ExportError(
+                    f"hf export: reloaded logits differ from the trained model's by {self.max_abs_diff:.3g} "
+                    f"(relative {self.rel_diff:.3g} > {TOLERANCE[self.precision]}); the export is not written"
+                )
+            if self.final.exists():
+                shutil.rmtree(self.final)
+            os.rename(tmp, self.final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,59 @@
+"""Per-step measurements every run reports: global mean loss, step time, peak memory per rank."""
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+
+import lightning.pytorch as pl
+import torch
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """GPU: the caching allocator's peak; CPU: the process's peak resident set."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class StepRecorder(pl.Callback):
+    """Records, for every optimizer step, the loss averaged over ranks and micro-batches, and its wall time."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.step_s: list[float] = []
+        self.peaks: list[int] = []
+        self._micro: list[torch.Tensor] = []
+        self._t0 = 0.0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        _sync(pl_module.device)
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._micro.append(pl_module.last_loss.float())
+        if trainer.global_step <= len(self.losses):
+            return  # still accumulating
+        local = torch.stack(self._micro).mean()
+        self._micro = []
+        loss = trainer.strategy.reduce(local.to(trainer.strategy.root_device), reduce_op="mean")
+        _sync(pl_module.device)
+        now = time.perf_counter()
+        self.step_s.append(now - self._t0)
+        self._t0 = now
+        self.losses.append(float(loss))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        peak = torch.tensor([peak_memory_bytes(pl_module.device)], device=trainer.strategy.root_device)
+        self.peaks = [int(x) for x in trainer.strategy.all_gather(peak).flatten().tolist()]
+
+    def median_step_s(self, warmup: int = 1) -> float:
+        times = self.step_s[warmup:] if len(self.step_s) > warmup else self.step_s
+        return statistics.median(times)

@@ -1,0 +1,126 @@
+"""The model side of the recipe: shipped configs, the initial-weights folder, and how to load it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from shardlab.core.errors import UserError
+from shardlab.core.strategy import ModelSource
+
+# Shipped architectures, built with random weights from the run's seed.
+SHIPPED: dict[str, dict] = {
+    "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=4, vocab_size=320, max_position_embeddings=2048),
+    # TinyLlama-1.1B's shape.
+    "llama-1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                     num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SHARDLAB_CACHE", Path.home() / ".cache" / "shardlab"))
+
+
+def byte_tokenizer():
+    """A byte-level tokenizer (256 bytes + <s>, </s>) for the shipped configs: no hub needed."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator([], vocab_size=258, special_tokens=["<s>", "</s>"], show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=tok._tokenizer, bos_token="<s>", eos_token="</s>", pad_token="</s>")
+
+
+def _atomic_folder(final: Path, write) -> Path:
+    """Write a folder under a temporary name and rename it into place; a finished one is reused."""
+    if (final / ".complete").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        write(tmp)
+        (tmp / ".complete").touch()
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished first: theirs is identical
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def initial_folder(model: str, seed: int) -> Path:
+    """The Hugging Face folder every strategy starts from: a user's folder, or a shipped config built once per seed."""
+    if model not in SHIPPED:
+        return check_llama_folder(model)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = SHIPPED[model]
+    key = hashlib.sha256(json.dumps([spec, seed], sort_keys=True).encode()).hexdigest()[:12]
+
+    def write(tmp: Path) -> None:
+        torch.manual_seed(seed)
+        LlamaForCausalLM(LlamaConfig(**spec, bos_token_id=0, eos_token_id=1, pad_token_id=1)).save_pretrained(tmp)
+        byte_tokenizer().save_pretrained(tmp)
+
+    return _atomic_folder(cache_dir() / "init" / f"{model}-seed{seed}-{key}", write)
+
+
+def check_llama_folder(path: str) -> Path:
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UserError(f"--model {path}: no such folder; give tiny, llama-1b or a local Hugging Face Llama folder")
+    cfg_file = folder / "config.json"
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, ValueError):
+        raise UserError(f"--model {path}: no readable config.json; is this a Hugging Face model folder?") from None
+    if cfg.get("model_type") != "llama":
+        raise UserError(f"--model {path}: model_type is {cfg.get('model_type')!r}, shardlab's recipe trains Llama models")
+    if not (list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))):
+        raise UserError(f"--model {path}: no weight files (*.safetensors) in the folder")
+    if not ((folder / "tokenizer.json").exists() or (folder / "tokenizer.model").exists()):
+        raise UserError(f"--model {path}: no tokenizer (tokenizer.json or tokenizer.model) in the folder")
+    return folder
+
+
+def model_source(folder: Path) -> ModelSource:
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    def load_full() -> torch.nn.Module:
+        return LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+
+    def build_empty() -> torch.nn.Module:
+        try:  # transformers >= 5
+            from transformers.initialization import no_init_weights
+        except ImportError:
+            from transformers.modeling_utils import no_init_weights
+        with no_init_weights():  # every weight is overwritten from the folder: skip random init
+            return LlamaForCausalLM(AutoConfig.from_pretrained(folder))
+
+    def tensors() -> Iterable[tuple[str, torch.Tensor]]:
+        from safetensors import safe_open
+
+        for file in sorted(folder.glob("*.safetensors")):
+            with safe_open(file, framework="pt") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name).to(torch.float32)
+
+    return ModelSource(folder=str(folder), load_full=load_full, build_empty=build_empty, tensors=tensors)
+
+
+def flops_per_token(config, seq_len: int) -> float:
+    """Training FLOPs per token: 6N + 12·L·d·S (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu)."""
+    h, L, v, i = config.hidden_size, config.num_hidden_layers, config.vocab_size, config.intermediate_size
+    kv = config.num_key_value_heads * (h // config.num_attention_heads)
+    per_layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h  # q,o + k,v + MLP + 2 norms
+    n = L * per_layer + 2 * v * h + h  # + embeddings, lm_head, final norm
+    return 6 * n + 12 * L * h * seq_len

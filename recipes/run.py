@@ -1,0 +1,140 @@
+"""`recipe run`: validate everything, then train one strategy and write summary.json and hf/."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shardlab.core import registry
+from shardlab.core.config import RunConfig, field_help, load_config
+from shardlab.core.errors import UserError
+from shardlab.core.strategy import OptimizerSpec, RunContext
+from shardlab.recipes import data as data_lib
+from shardlab.recipes.model import flops_per_token, initial_folder, model_source
+
+# Dense bf16 peak per GPU for MFU (vendor datasheets; H200 has the H100's compute).
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML file with the same fields as the flags; flags override it")
+    for name, field in RunConfig.model_fields.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=argparse.SUPPRESS,
+                            help=f"{field.description} (default: {field.default})")
+
+
+def resolve(cfg: RunConfig) -> RunConfig:
+    """Fill every `auto` from the hardware, visibly (the resolved config is printed and saved)."""
+    gpus = torch.cuda.device_count()
+    if cfg.accelerator == "gpu" and gpus == 0:
+        raise UserError("--accelerator gpu: no CUDA GPU is visible here; use --accelerator cpu")
+    accelerator = cfg.accelerator if cfg.accelerator != "auto" else ("gpu" if gpus else "cpu")
+    devices = cfg.devices if cfg.devices != "auto" else (gpus if accelerator == "gpu" else 2)
+    if accelerator == "gpu" and devices > gpus:
+        raise UserError(f"--devices {devices}: only {gpus} GPU(s) visible; use --devices {gpus} or fewer")
+    precision = cfg.precision
+    if precision == "auto":
+        precision = "bf16-mixed" if accelerator == "gpu" and torch.cuda.is_bf16_supported() else "32-true"
+    if accelerator == "cpu" and precision.startswith("16"):
+        raise UserError(f"--precision {precision}: fp16 training needs a GPU; on CPU use 32-true or bf16-mixed")
+    if accelerator == "gpu" and precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
+        raise UserError(f"--precision {precision}: this GPU has no bf16; use 16-mixed or 32-true")
+    output = cfg.output or f"runs/{cfg.strategy}"
+    return cfg.model_copy(update=dict(accelerator=accelerator, devices=devices, precision=precision, output=output))
+
+
+def prepare(cfg: RunConfig) -> dict[str, Any]:
+    """Everything that can fail on bad input, before any process starts or anything is written to --output."""
+    preset = registry.with_offload(registry.get(cfg.strategy), cfg.offload)
+    cfg = resolve(cfg)
+    ctx = RunContext(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
+                     precision=cfg.precision, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip,
+                     micro_batch_size=cfg.micro_batch_size)
+    strategy = preset.build()
+    if ctx.accelerator == "cpu" and not strategy.capabilities.cpu:
+        raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
+    strategy.check(ctx)
+    texts = data_lib.read_texts(cfg.data)  # before building weights: cheap failures first
+    folder = initial_folder(cfg.model, cfg.seed)
+    from transformers import AutoConfig, AutoTokenizer
+
+    model_cfg = AutoConfig.from_pretrained(folder)
+    if cfg.seq_len > model_cfg.max_position_embeddings:
+        raise UserError(f"--seq-len {cfg.seq_len}: the model takes at most {model_cfg.max_position_embeddings} tokens")
+    blocks = data_lib.token_blocks(texts, AutoTokenizer.from_pretrained(folder), cfg.seq_len)
+    data_lib.check_enough(blocks, cfg.micro_batch_size, ctx.world_size, cfg.seq_len)
+    return dict(cfg=cfg, preset=preset, strategy=strategy, ctx=ctx, folder=folder, model_cfg=model_cfg, blocks=blocks)
+
+
+def train(p: dict[str, Any]) -> dict[str, Any]:
+    import lightning.pytorch as pl
+
+    from shardlab.recipes.export import HFExport
+    from shardlab.recipes.metrics import StepRecorder
+    from shardlab.recipes.module import LlamaModule
+
+    cfg: RunConfig = p["cfg"]
+    ctx: RunContext = p["ctx"]
+    output = Path(cfg.output)
+    pl.seed_everything(cfg.seed, verbose=False)
+    module = LlamaModule(model_source(p["folder"]), p["strategy"], ctx,
+                         OptimizerSpec(lr=cfg.lr, weight_decay=cfg.weight_decay))
+    recorder = StepRecorder()
+    export = HFExport(str(p["folder"]), output, probe=p["blocks"][:2], precision=ctx.precision)
+    trainer = pl.Trainer(
+        accelerator=ctx.accelerator, devices=ctx.devices, num_nodes=ctx.num_nodes,
+        strategy=p["strategy"].lightning_strategy(ctx), max_steps=cfg.max_steps,
+        accumulate_grad_batches=cfg.grad_accum, use_distributed_sampler=False,  # our sampler: same order for all
+        logger=False, enable_checkpointing=False, enable_model_summary=False, default_root_dir=str(output),
+        callbacks=[recorder, export], **p["strategy"].trainer_kwargs(ctx),
+    )
+    t0 = time.perf_counter()
+    trainer.fit(module, datamodule=data_lib.LlamaData(p["blocks"], cfg.micro_batch_size, cfg.seed))
+    wall = time.perf_counter() - t0
+    tokens_per_step = cfg.micro_batch_size * cfg.seq_len * cfg.grad_accum * ctx.world_size
+    tokens_per_s = tokens_per_step / recorder.median_step_s()
+    summary = {
+        "strategy": p["preset"].name, "world_size": ctx.world_size, "precision": ctx.precision,
+        "losses": recorder.losses, "tokens_per_s": tokens_per_s, "peak_memory_bytes": recorder.peaks,
+        "wall_s": wall, "hf_export": str(output / "hf"), "step_s": recorder.step_s,
+        "mfu": _mfu(tokens_per_s / ctx.world_size, p["model_cfg"], cfg.seq_len, ctx),
+        "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff},
+        "config": cfg.model_dump(), "model_folder": str(p["folder"]),
+        "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
+    }
+    if trainer.global_rank == 0:
+        write_json_atomic(output / "summary.json", summary)
+    return summary
+
+
+def _mfu(tokens_per_s_per_device: float, model_cfg, seq_len: int, ctx: RunContext) -> float | None:
+    if ctx.accelerator != "gpu":
+        return None
+    name = torch.cuda.get_device_name()
+    peak = next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+    return tokens_per_s_per_device * flops_per_token(model_cfg, seq_len) / peak if peak else None
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def main(args: argparse.Namespace) -> int:
+    overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
+    p = prepare(load_config(getattr(args, "config", None), overrides))
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"shardlab: {p['preset'].name} on {p['ctx'].world_size} x {p['ctx'].accelerator}, "
+              f"{p['ctx'].precision}, model {p['cfg'].model}, output {p['cfg'].output}")
+    summary = train(p)
+    if os.environ.get("LOCAL_RANK", "0") == "0" and int(os.environ.get("NODE_RANK", "0")) == 0:
+        print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}, "
+              f"{summary['tokens_per_s']:.0f} tokens/s, summary {Path(p['cfg'].output) / 'summary.json'}")
+    return 0

@@ -1,0 +1,137 @@
+"""DeepSpeed ZeRO-2 and ZeRO-3, with and without CPU offload, over Lightning's DeepSpeedStrategy."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Iterable, Optional
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
+from lightning.fabric.utilities.seed import reset_seed
+
+from shardlab.core.registry import Preset, register
+from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, RunContext, Strategy
+from shardlab.strategies._cpu import is_rank_zero, process_group_backend
+
+
+class _LightningDeepSpeed(DeepSpeedStrategy):
+    """Lightning's DeepSpeedStrategy, also on CPU processes over gloo.
+
+    Stock Lightning refuses CPU in `setup_environment`, validates CUDA device indices in
+    `setup_distributed`, and passes `device_rank=root_device.index` (None on CPU) to DeepSpeed,
+    which then fails comparing None with an int. These three overrides are all it takes.
+    """
+
+    def setup_environment(self) -> None:
+        DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
+
+    def setup_distributed(self) -> None:
+        reset_seed()  # as DeepSpeedStrategy does, minus the CUDA device-index validation
+        self.set_world_ranks()
+        self._init_deepspeed_distributed()
+
+    def _setup_model_and_optimizer(self, model, optimizer, lr_scheduler=None):  # type: ignore[override]
+        import deepspeed
+
+        device_rank = self.root_device.index if self.root_device.index is not None else self.local_rank
+        engine, ds_optimizer, _, _ = deepspeed.initialize(
+            args=argparse.Namespace(device_rank=device_rank),
+            config=self.config,
+            model=model,
+            model_parameters=filter(lambda p: p.requires_grad, model.parameters()),
+            optimizer=optimizer,
+            lr_scheduler=lr_scheduler,
+            dist_init_required=False,
+        )
+        return engine, ds_optimizer
+
+
+class ZeRO(Strategy):
+    def __init__(self, stage: int, offload: str = "none", overlap_comm: bool = False) -> None:
+        self.stage, self.offload, self.overlap_comm = stage, offload, overlap_comm
+
+    def ds_config(self, ctx: RunContext) -> dict[str, Any]:
+        """The DeepSpeed JSON config this preset runs with (Lightning adds the precision section)."""
+        pin = ctx.accelerator == "gpu"
+        zero: dict[str, Any] = {"stage": self.stage, "overlap_comm": self.overlap_comm, "contiguous_gradients": True}
+        if self.offload in ("optimizer", "all"):
+            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+        if self.offload == "all":
+            zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
+        if self.stage == 3:
+            zero["stage3_gather_16bit_weights_on_model_save"] = True
+        return {
+            "zero_optimization": zero,
+            "zero_allow_untested_optimizer": True,
+            "train_micro_batch_size_per_gpu": ctx.micro_batch_size,
+            # DeepSpeed defaults clipping to 1.0 where Lightning defaults to 0: always say it explicitly.
+            "gradient_clipping": ctx.grad_clip,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+
+    def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
+        return _LightningDeepSpeed(config=self.ds_config(ctx), process_group_backend=process_group_backend(ctx))
+
+    def trainer_kwargs(self, ctx: RunContext) -> dict[str, Any]:
+        return {"precision": ctx.precision}  # clipping lives in the DeepSpeed config
+
+    def build_model(self, source: ModelSource, module) -> torch.nn.Module:
+        if self.stage < 3:
+            return source.load_full()
+        # Lightning runs configure_model inside deepspeed.zero.Init: parameters are partitioned as
+        # each layer is built, so the full model never exists on one rank. zero.Init draws its own
+        # random init; overwrite every parameter from the shared initial weights, one at a time.
+        model = source.build_empty()
+        load_into_partitioned(model, source)
+        return model
+
+    def optimizer(self, params: Iterable[torch.nn.Parameter], spec: OptimizerSpec, ctx: RunContext) -> torch.optim.Optimizer:
+        if self.offload == "none":
+            return super().optimizer(params, spec, ctx)
+        from deepspeed.ops.adam import DeepSpeedCPUAdam  # ZeRO-Offload refuses torch optimizers
+
+        return DeepSpeedCPUAdam(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
+                                weight_decay=spec.weight_decay, adamw_mode=True)
+
+    def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
+        # The fp32 master copy (the optimizer's), not the 16-bit module weights: collective under ZeRO-3.
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        state: dict[str, torch.Tensor] = {}
+        for name, param in model.named_parameters():
+            full = safe_get_full_fp32_param(param)
+            if is_rank_zero():
+                state[name] = full.detach().to("cpu", torch.float32).clone()
+        return state if is_rank_zero() else None
+
+
+def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
+    """Copy the folder's weights into ZeRO-3 partitioned parameters: rank 0 reads, DeepSpeed scatters."""
+    import deepspeed
+
+    rank0 = is_rank_zero()
+    tensors = dict(source.tensors()) if rank0 else {}
+    for name, param in model.named_parameters():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+            if rank0:
+                param.data.copy_(tensors[name])
+    if dist.is_initialized():
+        dist.barrier()
+
+
+_ZERO_SHARDS = {2: dict(shards_optimizer=True, shards_gradients=True),
+                3: dict(shards_optimizer=True, shards_gradients=True, shards_parameters=True)}
+
+for _name, _stage, _offload, _desc in [
+    ("zero2", 2, "none", "DeepSpeed ZeRO-2: optimizer states and gradients sharded"),
+    ("zero2_offload", 2, "optimizer", "DeepSpeed ZeRO-2 with the optimizer (states and step) on CPU"),
+    ("zero3", 3, "none", "DeepSpeed ZeRO-3: parameters, gradients and optimizer states sharded"),
+    ("zero3_offload", 3, "optimizer", "DeepSpeed ZeRO-3 with the optimizer (states and step) on CPU"),
+    ("zero3_offload_all", 3, "all", "DeepSpeed ZeRO-3 with optimizer and parameters on CPU"),
+]:
+    register(Preset(
+        name=_name, strategy_cls=ZeRO, family=f"zero{_stage}", description=_desc,
+        kwargs={"stage": _stage, "offload": _offload},
+        capabilities=Capabilities(offload=_offload, **_ZERO_SHARDS[_stage]),
+    ))
