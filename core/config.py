@@ -70,7 +70,7 @@ def describe_errors(err: ValidationError) -> str:
     """All problems of a config on one line, each naming its flag."""
     parts = []
     for e in err.errors():
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; known: " + ", ".join(RunConfig.model_fields)
         given = "" if e["type"] == "extra_forbidden" else f" (got {e.get('input')!r})"

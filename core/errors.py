@@ -5,3 +5,9 @@ class UserError(Exception):
     """Bad input: the message names the field (as a flag) and the fix. Never a traceback."""
 
     exit_code = 2
+
+
+class RunFailed(Exception):
+    """A run that started but cannot finish correctly (diverged, export mismatch): one line, exit code 1."""
+
+    exit_code = 1

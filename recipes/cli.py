@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Callable, Optional
 
-from shardlab.core.errors import UserError
+from shardlab.core.errors import RunFailed, UserError
 
 
 def _strategies_parser(p: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         args = parser.parse_args(argv)
         return COMMANDS[args.command][2](args)
-    except UserError as e:
+    except (UserError, RunFailed) as e:
         print(f"recipe: error: {e}", file=sys.stderr)
         return e.exit_code
 

@@ -11,7 +11,7 @@ from typing import Optional
 import lightning.pytorch as pl
 import torch
 
-from shardlab.core.errors import UserError
+from shardlab.core.errors import RunFailed
 
 # Max |logit difference| / max(1, max |logit|) allowed between the trained model and the reloaded export.
 # fp32: both sides compute the same thing; 16-bit: the export holds the fp32 master weights while a
@@ -20,7 +20,7 @@ TOLERANCE = {"32-true": 1e-4, "bf16-mixed": 5e-2, "bf16-true": 5e-2, "16-mixed":
 EXPORT_DTYPE = {"bf16-true": torch.bfloat16}
 
 
-class ExportError(UserError):
+class ExportError(RunFailed):
     """The export did not reproduce the trained model: the run fails."""
 
 

@@ -1,12 +1,15 @@
 """Per-step measurements every run reports: global mean loss, step time, peak memory per rank."""
 from __future__ import annotations
 
+import math
 import resource
 import statistics
 import time
 
 import lightning.pytorch as pl
 import torch
+
+from shardlab.core.errors import RunFailed
 
 
 def _sync(device: torch.device) -> None:
@@ -49,6 +52,11 @@ class StepRecorder(pl.Callback):
         self.step_s.append(now - self._t0)
         self._t0 = now
         self.losses.append(float(loss))
+        if not math.isfinite(self.losses[-1]):  # every rank sees the same reduced loss: all stop together
+            raise RunFailed(
+                f"training diverged: loss is {self.losses[-1]} at step {len(self.losses)} under strategy "
+                f"'{pl_module.strategy.name}' with precision {pl_module.ctx.precision}; try 32-true or another strategy"
+            )
 
     def on_train_end(self, trainer, pl_module) -> None:
         peak = torch.tensor([peak_memory_bytes(pl_module.device)], device=trainer.strategy.root_device)

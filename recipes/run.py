@@ -78,6 +78,9 @@ def train(p: dict[str, Any]) -> dict[str, Any]:
     from shardlab.recipes.metrics import StepRecorder
     from shardlab.recipes.module import LlamaModule
 
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     cfg: RunConfig = p["cfg"]
     ctx: RunContext = p["ctx"]
     output = Path(cfg.output)

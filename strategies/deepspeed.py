@@ -19,8 +19,15 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
 
     Stock Lightning refuses CPU in `setup_environment`, validates CUDA device indices in
     `setup_distributed`, and passes `device_rank=root_device.index` (None on CPU) to DeepSpeed,
-    which then fails comparing None with an int. These three overrides are all it takes.
+    which then fails comparing None with an int. The first three overrides fix that; `backward`
+    fixes a numerics bug on every device (see there).
     """
+
+    def backward(self, closure_loss, optimizer, *args, **kwargs):  # type: ignore[override]
+        # Lightning already divides the loss by accumulate_grad_batches; DeepSpeed's engine.backward
+        # would divide it by gradient_accumulation_steps again. Harmless for Adam without clipping,
+        # but with clipping the curves leave DDP/FSDP's from the first clipped step. Scale once.
+        return super().backward(closure_loss, optimizer, *args, scale_wrt_gas=False, **kwargs)
 
     def setup_environment(self) -> None:
         DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
