@@ -115,10 +115,18 @@ class Strategy(ABC):
 
     def optimizer(self, params: Iterable[torch.nn.Parameter], spec: OptimizerSpec, ctx: RunContext) -> torch.optim.Optimizer:
         """The optimizer this backend steps with."""
-        return torch.optim.AdamW(
-            params, lr=spec.lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay,
-            fused=ctx.accelerator == "gpu",
-        )
+        # Fused AdamW on GPUs; not under 16-mixed, where GradScaler must unscale before clipping.
+        fused = ctx.accelerator == "gpu" and ctx.precision != "16-mixed"
+        return torch.optim.AdamW(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
+                                 weight_decay=spec.weight_decay, fused=fused)
+
+    def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
+        """Clip gradients to a global norm (the recipe calls it after backward, before the step).
+
+        The default fits DDP and FSDP2 (DTensor gradients make the norm global); backends that clip
+        inside their own step (DeepSpeed) make it a no-op.
+        """
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
     @abstractmethod
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:

@@ -26,5 +26,10 @@ class LlamaModule(pl.LightningModule):
         self.last_loss = loss.detach()
         return loss
 
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        # Through the strategy, not Lightning's clip_gradients: Lightning refuses fused AdamW there.
+        if gradient_clip_val:
+            self.strategy.clip_gradients(self.model, gradient_clip_val)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.strategy.optimizer(self.model.parameters(), self.optim, self.ctx)

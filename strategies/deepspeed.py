@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from typing import Any, Iterable, Optional
 
 import torch
@@ -12,6 +13,11 @@ from lightning.fabric.utilities.seed import reset_seed
 from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, RunContext, Strategy
 from shardlab.strategies._cpu import is_rank_zero, process_group_backend
+
+
+# The recipe's configure_gradient_clipping defers to the Strategy, which for DeepSpeed does nothing:
+# DeepSpeed clips from its config. Lightning's warning about that override does not apply.
+warnings.filterwarnings("ignore", message="Since DeepSpeed handles gradient clipping internally")
 
 
 class _LightningDeepSpeed(DeepSpeedStrategy):
@@ -100,6 +106,9 @@ class ZeRO(Strategy):
 
         return DeepSpeedCPUAdam(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
                                 weight_decay=spec.weight_decay, adamw_mode=True)
+
+    def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
+        pass  # DeepSpeed clips inside engine.step, from `gradient_clipping` in its config
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         # The fp32 master copy (the optimizer's), not the 16-bit module weights: collective under ZeRO-3.

@@ -17,6 +17,18 @@ from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, RunContext, Strategy
 from shardlab.strategies._cpu import is_rank_zero
 
+class _OffloadingModelParallel(ModelParallelStrategy):
+    """Lightning's ModelParallelStrategy moves the whole module to the GPU after `configure_model`;
+    with FSDP2's CPUOffloadPolicy the sharded parameters must stay on CPU (FSDP copies them in per
+    use), so only the buffers (rotary inv_freq) move."""
+
+    def model_to_device(self) -> None:
+        for module in self.model.modules():
+            for name, buf in module._buffers.items():
+                if buf is not None:
+                    module._buffers[name] = buf.to(self.root_device)
+
+
 _HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
@@ -27,8 +39,8 @@ class FSDP2(Strategy):
 
     def lightning_strategy(self, ctx: RunContext) -> ModelParallelStrategy:
         self._ctx = ctx
-        return ModelParallelStrategy(data_parallel_size=ctx.world_size, tensor_parallel_size=1,
-                                     save_distributed_checkpoint=True)
+        cls = _OffloadingModelParallel if self.offload else ModelParallelStrategy
+        return cls(data_parallel_size=ctx.world_size, tensor_parallel_size=1, save_distributed_checkpoint=True)
 
     def build_model(self, source: ModelSource, module) -> torch.nn.Module:
         model = source.load_full()
