@@ -1,0 +1,43 @@
+import json
+
+import pytest
+
+from shardlab.core import registry
+from shardlab.core.errors import UserError
+
+REQUIRED = {"ddp", "zero2", "zero2_offload", "zero3", "zero3_offload", "zero3_offload_all", "fsdp", "fsdp_offload"}
+
+
+def test_builtin_presets_are_registered():
+    assert REQUIRED <= set(registry.presets())
+
+
+def test_unknown_name_lists_known_names():
+    with pytest.raises(UserError, match="known: ddp, fsdp"):
+        registry.get("zero4")
+
+
+def test_offload_resolves_within_family():
+    assert registry.with_offload(registry.get("zero3"), "optimizer").name == "zero3_offload"
+    assert registry.with_offload(registry.get("zero3"), "all").name == "zero3_offload_all"
+    assert registry.with_offload(registry.get("fsdp"), "all").name == "fsdp_offload"
+    with pytest.raises(UserError, match="--offload optimizer: strategy 'ddp' has no such CPU offload"):
+        registry.with_offload(registry.get("ddp"), "optimizer")
+
+
+def test_built_strategy_carries_its_preset():
+    s = registry.get("zero3_offload").build()
+    assert s.name == "zero3_offload" and s.capabilities.offload == "optimizer" and s.capabilities.shards_parameters
+
+
+def test_recipe_strategies_json(recipe):
+    proc = recipe("strategies", "--json")
+    assert proc.returncode == 0
+    rows = json.loads(proc.stdout)
+    assert REQUIRED <= {r["name"] for r in rows}
+    assert all({"description", "capabilities", "source"} <= set(r) for r in rows)
+
+
+def test_recipe_strategies_table(recipe):
+    proc = recipe("strategies")
+    assert proc.returncode == 0 and "zero3_offload_all" in proc.stdout

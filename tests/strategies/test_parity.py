@@ -1,0 +1,59 @@
+"""The four families train the same model to the same losses (fp32, 2 CPU ranks), offload presets too."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tests.conftest import rel_diff
+
+STEPS = ("--max-steps", "6")
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "zero3", "fsdp"])
+def test_fp32_losses_match_ddp(train, strategy):
+    ddp, other = train("ddp", *STEPS), train(strategy, *STEPS)
+    assert len(other["losses"]) == 6 and other["world_size"] == 2
+    assert rel_diff(other["losses"], ddp["losses"]) < 1e-5
+    assert other["losses"][-1] < other["losses"][0]  # it trains
+
+
+@pytest.mark.parametrize("strategy", ["zero2_offload", "zero3_offload", "zero3_offload_all", "fsdp_offload"])
+def test_offload_presets_match_ddp(train, strategy):
+    assert rel_diff(train(strategy, *STEPS)["losses"], train("ddp", *STEPS)["losses"]) < 1e-5
+
+
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp"])
+def test_grad_accum_with_clipping_matches_ddp(train, strategy):
+    # Lightning and DeepSpeed both divide the loss by the accumulation steps; shardlab scales once.
+    flags = ("--max-steps", "4", "--grad-accum", "2", "--grad-clip", "1.0")
+    assert rel_diff(train(strategy, *flags)["losses"], train("ddp", *flags)["losses"]) < 1e-5
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero2", "zero3", "fsdp"])
+def test_bf16_mixed_is_finite_and_close(train, strategy):
+    s = train(strategy, "--max-steps", "4", "--precision", "bf16-mixed")
+    assert all(math.isfinite(x) for x in s["losses"])
+    assert rel_diff(s["losses"], train("ddp", "--max-steps", "4")["losses"]) < 2e-3
+
+
+def test_zero3_bf16_true_is_finite(train):
+    s = train("zero3", "--max-steps", "4", "--precision", "bf16-true")
+    assert all(math.isfinite(x) for x in s["losses"])
+
+
+def _logits(folder: str, ids: torch.Tensor) -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "zero3", "fsdp", "zero3_offload_all"])
+def test_hf_exports_reload_and_match_ddp_logits(train, strategy):
+    ddp, other = train("ddp", *STEPS), train(strategy, *STEPS)
+    assert other["export_check"]["max_abs_logit_diff"] <= 1e-4  # the run's own check, against the live model
+    ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    diff = (_logits(other["hf_export"], ids) - _logits(ddp["hf_export"], ids)).abs().max()
+    assert diff < 1e-3
