@@ -45,6 +45,8 @@ class RunConfig(BaseModel):
     """AdamW weight decay."""
     grad_clip: float = Field(1.0, ge=0)
     """Clip gradients to this global norm; 0 turns clipping off."""
+    grad_reduce_dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    """dtype gradients are reduced in across ranks; `auto` is each backend's own default."""
     seed: int = Field(42, ge=0)
     """Seed for the initial weights of a shipped config and the data order."""
     output: Optional[str] = None

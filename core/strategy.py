@@ -54,10 +54,33 @@ class RunContext:
     grad_accum: int
     grad_clip: float
     micro_batch_size: int
+    grad_reduce_dtype: str = "auto"  # "auto" (the backend's own default), "fp32" or "bf16"
 
     @property
     def world_size(self) -> int:
         return self.devices * self.num_nodes
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """The dtypes a strategy will use under a run's precision: what `recipe compare` audits and aligns."""
+
+    compute: str
+    """Parameters as the forward/backward matmuls see them."""
+    master: str
+    """The weights the optimizer updates."""
+    grad_reduce: str
+    """Gradients as they are reduced across ranks."""
+    optimizer_states: str
+    """Adam's exp_avg / exp_avg_sq."""
+
+
+def dtype_name(precision: str, part: str) -> str:
+    """Lightning precision string -> dtype of `part` ("compute" or "storage") for a plain module."""
+    half = "bf16" if precision.startswith("bf16") else "fp16" if precision.startswith("16") else "fp32"
+    if part == "compute":
+        return half
+    return half if precision.endswith("-true") else "fp32"
 
 
 @dataclass(frozen=True)
@@ -127,6 +150,10 @@ class Strategy(ABC):
         inside their own step (DeepSpeed) make it a no-op.
         """
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+    @abstractmethod
+    def precision_plan(self, ctx: RunContext) -> PrecisionPlan:
+        """The dtypes this backend uses under ctx.precision and ctx.grad_reduce_dtype (refuse what it cannot do in `check`)."""
 
     @abstractmethod
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:

@@ -18,6 +18,18 @@ def _run_parser(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
 
 
+def _compare_parser(p: argparse.ArgumentParser) -> None:
+    from shardlab.recipes.compare import add_compare_arguments
+
+    add_compare_arguments(p)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from shardlab.recipes.compare import main
+
+    return main(args)
+
+
 def _run(args: argparse.Namespace) -> int:
     from shardlab.recipes.run import main
 
@@ -33,6 +45,7 @@ def _strategies(args: argparse.Namespace) -> int:
 # name -> (help, add arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable[[argparse.Namespace], int]]] = {
     "run": ("train the Llama recipe under one strategy", _run_parser, _run),
+    "compare": ("run several strategies from the same weights and batches; report parity", _compare_parser, _compare),
     "strategies": ("list the registered strategy presets", _strategies_parser, _strategies),
 }
 

@@ -21,9 +21,11 @@ from shardlab.recipes.model import flops_per_token, initial_folder, model_source
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:
     parser.add_argument("--config", help="YAML file with the same fields as the flags; flags override it")
     for name, field in RunConfig.model_fields.items():
+        if name in exclude:
+            continue
         parser.add_argument("--" + name.replace("_", "-"), dest=name, default=argparse.SUPPRESS,
                             help=f"{field.description} (default: {field.default})")
 
@@ -54,7 +56,7 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
     cfg = resolve(cfg)
     ctx = RunContext(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
                      precision=cfg.precision, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip,
-                     micro_batch_size=cfg.micro_batch_size)
+                     micro_batch_size=cfg.micro_batch_size, grad_reduce_dtype=cfg.grad_reduce_dtype)
     strategy = preset.build()
     if ctx.accelerator == "cpu" and not strategy.capabilities.cpu:
         raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")

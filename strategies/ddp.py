@@ -7,13 +7,26 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 
 from shardlab.core.registry import Preset, register
-from shardlab.core.strategy import Capabilities, RunContext, Strategy
+from shardlab.core.errors import UserError
+from shardlab.core.strategy import Capabilities, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero, process_group_backend, to_cpu_fp32
 
 
 class DDP(Strategy):
     def lightning_strategy(self, ctx: RunContext) -> DDPStrategy:
         return DDPStrategy(process_group_backend=process_group_backend(ctx))
+
+    def check(self, ctx: RunContext) -> None:
+        super().check(ctx)
+        natural = dtype_name(ctx.precision, "storage")
+        if ctx.grad_reduce_dtype not in ("auto", natural):
+            raise UserError(f"--grad-reduce-dtype {ctx.grad_reduce_dtype}: ddp reduces gradients in the parameters' "
+                            f"dtype ({natural} under {ctx.precision}); use auto")
+
+    def precision_plan(self, ctx: RunContext) -> PrecisionPlan:
+        storage = dtype_name(ctx.precision, "storage")  # DDP all-reduces the gradients in the parameters' dtype
+        return PrecisionPlan(compute=dtype_name(ctx.precision, "compute"), master=storage,
+                             grad_reduce=storage, optimizer_states=storage)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         return to_cpu_fp32(model.state_dict()) if is_rank_zero() else None

@@ -11,7 +11,7 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 from lightning.fabric.utilities.seed import reset_seed
 
 from shardlab.core.registry import Preset, register
-from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, RunContext, Strategy
+from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero, process_group_backend
 
 
@@ -73,7 +73,9 @@ class ZeRO(Strategy):
             zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
         if self.stage == 3:
             zero["stage3_gather_16bit_weights_on_model_save"] = True
+        extra = {"communication_data_type": ctx.grad_reduce_dtype} if ctx.grad_reduce_dtype != "auto" else {}
         return {
+            **extra,
             "zero_optimization": zero,
             "zero_allow_untested_optimizer": True,
             "train_micro_batch_size_per_gpu": ctx.micro_batch_size,
@@ -82,6 +84,13 @@ class ZeRO(Strategy):
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
+
+    def precision_plan(self, ctx: RunContext) -> PrecisionPlan:
+        # DeepSpeed keeps fp32 master weights and Adam states for every 16-bit mode (bf16-true included)
+        # and reduces gradients in their own 16-bit dtype unless communication_data_type says otherwise.
+        compute = dtype_name(ctx.precision, "compute")
+        reduce = compute if ctx.grad_reduce_dtype == "auto" else ctx.grad_reduce_dtype
+        return PrecisionPlan(compute=compute, master="fp32", grad_reduce=reduce, optimizer_states="fp32")
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
         return _LightningDeepSpeed(config=self.ds_config(ctx), process_group_backend=process_group_backend(ctx))

@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from shardlab.core.registry import Preset, register
-from shardlab.core.strategy import Capabilities, ModelSource, RunContext, Strategy
+from shardlab.core.strategy import Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero
 
 class _OffloadingModelParallel(ModelParallelStrategy):
@@ -30,6 +30,7 @@ class _OffloadingModelParallel(ModelParallelStrategy):
 
 
 _HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class FSDP2(Strategy):
@@ -47,8 +48,11 @@ class FSDP2(Strategy):
         mesh = module.device_mesh["data_parallel"]
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
         assert self._ctx is not None
-        if self._ctx.precision in _HALF:  # params gathered in 16-bit, gradients reduced in fp32
-            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_HALF[self._ctx.precision], reduce_dtype=torch.float32)
+        plan = self.precision_plan(self._ctx)
+        if self._ctx.precision in _HALF or plan.grad_reduce != plan.master:
+            # mixed: fp32 sharded master, parameters gathered in 16-bit; gradients reduced as the plan says
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_DTYPES[plan.compute],
+                                                       reduce_dtype=_DTYPES[plan.grad_reduce])
         if self.offload:
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=self._ctx.accelerator == "gpu")
         # Shard each decoder layer, then the root (embeddings, final norm, lm_head), as torchtitan does.
@@ -56,6 +60,12 @@ class FSDP2(Strategy):
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
         return model
+
+    def precision_plan(self, ctx: RunContext) -> PrecisionPlan:
+        # torch's MixedPrecisionPolicy reduces in param_dtype unless reduce_dtype is given.
+        compute, storage = dtype_name(ctx.precision, "compute"), dtype_name(ctx.precision, "storage")
+        reduce = compute if ctx.grad_reduce_dtype == "auto" else ctx.grad_reduce_dtype
+        return PrecisionPlan(compute=compute, master=storage, grad_reduce=reduce, optimizer_states=storage)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

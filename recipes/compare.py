@@ -1,0 +1,157 @@
+"""`recipe compare --strategies A,B[,...]`: run each strategy from the same weights and batches, one
+after another in its own processes, and report loss parity, throughput and memory."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import json
+import yaml
+
+from shardlab.core import compare as cmp
+from shardlab.core.config import RunConfig, load_config
+from shardlab.core.errors import RunFailed, UserError
+from shardlab.recipes.run import add_run_arguments, prepare, write_json_atomic
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strategies", required=True, help="comma-separated presets; the first is the reference")
+    parser.add_argument("--no-align", action="store_true",
+                        help="run each backend's default dtypes and flag every mismatch instead of aligning them")
+    parser.add_argument("--test-lr-override", action="append", default=[], help=argparse.SUPPRESS)  # NAME=LR, tests only
+    add_run_arguments(parser, exclude=("strategy",))
+
+
+def _plans(cfg: RunConfig, names: list[str]) -> dict[str, Any]:
+    return {n: prepare(cfg.model_copy(update={"strategy": n})) for n in names}
+
+
+def _weights_diff(reference: str, other: str) -> float:
+    from safetensors.torch import load_file
+
+    def load(folder: str) -> dict:
+        state: dict = {}
+        for f in sorted(Path(folder).glob("*.safetensors")):
+            state.update(load_file(f))
+        return state
+
+    a, b = load(reference), load(other)
+    if a.keys() != b.keys():
+        return float("inf")
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def main(args: argparse.Namespace) -> int:
+    names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise UserError(f"--strategies {args.strategies}: give two or more different presets, e.g. zero3,fsdp")
+    overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
+    base = load_config(getattr(args, "config", None), {**overrides, "strategy": names[0]})
+    lr_override = dict(item.split("=", 1) for item in args.test_lr_override)
+    out = Path(base.output or "runs/compare")
+
+    # 1. Validate every run and audit its dtypes before any process starts.
+    prepared = _plans(base, names)
+    precision = prepared[names[0]]["cfg"].precision
+    plans = {n: p["strategy"].precision_plan(p["ctx"]) for n, p in prepared.items()}
+    before = cmp.mismatches(plans)
+    if args.no_align:
+        alignment = cmp.Alignment(precision=precision, grad_reduce_dtype=base.grad_reduce_dtype,
+                                  notes=["not aligned (--no-align): each backend's defaults"])
+    else:
+        alignment = cmp.Alignment(precision=precision, grad_reduce_dtype=base.grad_reduce_dtype)
+        for _ in range(3):  # precision first, then gradient reduction under the new precision
+            step = cmp.align(alignment.precision, plans)
+            if not step.notes:
+                break
+            alignment.precision = step.precision
+            if step.grad_reduce_dtype != "auto":
+                alignment.grad_reduce_dtype = step.grad_reduce_dtype
+            alignment.notes += step.notes
+            prepared = _plans(base.model_copy(update={"precision": alignment.precision,
+                                                      "grad_reduce_dtype": alignment.grad_reduce_dtype}), names)
+            plans = {n: p["strategy"].precision_plan(p["ctx"]) for n, p in prepared.items()}
+        alignment.notes = alignment.notes or ["nothing to align: every strategy already used the same dtypes"]
+    suspects = cmp.mismatches(plans)
+    print(f"compare: {', '.join(names)}; {'; '.join(alignment.notes)}")
+
+    # 2. Run each strategy in its own processes, one after another, from the same resolved config.
+    summaries: dict[str, dict] = {}
+    for i, name in enumerate(names, 1):
+        cfg = prepared[name]["cfg"].model_copy(update={"output": str(out / "runs" / name)})
+        if name in lr_override:
+            cfg = cfg.model_copy(update={"lr": float(lr_override[name])})
+        cfg_file = out / "runs" / f"{name}.yaml"
+        cfg_file.parent.mkdir(parents=True, exist_ok=True)
+        cfg_file.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        print(f"compare: [{i}/{len(names)}] {name} ...", flush=True)
+        with open(out / "runs" / f"{name}.log", "w") as log:
+            rc = subprocess.call([sys.executable, "-m", "shardlab.recipes.cli", "run", "--config", str(cfg_file)],
+                                 stdout=log, stderr=subprocess.STDOUT)
+        if rc != 0:
+            tail = (out / "runs" / f"{name}.log").read_text().strip().splitlines()[-1:]
+            raise RunFailed(f"compare: the {name} run failed (exit {rc}): {' '.join(tail)}; log in {out / 'runs' / (name + '.log')}")
+        summaries[name] = json.loads((out / "runs" / name / "summary.json").read_text())
+
+    # 3. Parity, performance, exports, suspects; then the report.
+    parity = cmp.loss_parity({n: s["losses"] for n, s in summaries.items()}, alignment.precision)
+    suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()})
+    metrics = _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out)
+    write_json_atomic(out / "metrics.json", metrics)
+    _plots(names, summaries, parity, out)
+    from shardlab.recipes.compare_report import write_report
+
+    write_report(out / "report.md", metrics)
+    print(f"compare: {metrics['verdict']}")
+    print(f"compare: report {out / 'report.md'}")
+    return 0
+
+
+def _spread(step_s: list[float]) -> float:
+    """(p90 - p10) / median of the step times after warm-up: 0 is perfectly steady."""
+    times = sorted(step_s[min(5, len(step_s) // 2):])
+    q = lambda f: times[min(len(times) - 1, int(f * len(times)))]  # noqa: E731
+    return (q(0.9) - q(0.1)) / statistics.median(times)
+
+
+def _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out) -> dict[str, Any]:
+    ref = names[0]
+    weight_diff = {n: _weights_diff(summaries[ref]["hf_export"], summaries[n]["hf_export"]) for n in names[1:]}
+    if parity.parity:
+        verdict = (f"PARITY: every step's loss within {parity.tolerance:g} relative of {ref} "
+                   f"(max {parity.max_rel_loss_diff:.2e}) for {', '.join(names[1:])}")
+    else:
+        verdict = (f"DIVERGED: {parity.first_divergent_strategy} leaves {ref} at step {parity.first_divergent_step} "
+                   f"(tolerance {parity.tolerance:g} relative, max {parity.max_rel_loss_diff:.2e}); "
+                   f"suspects: {'; '.join(suspects) or 'none found in the audit'}")
+    command = "recipe compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "recipe compare"
+    return {
+        "verdict": verdict, "parity": parity.parity, "max_rel_loss_diff": parity.max_rel_loss_diff,
+        "max_abs_loss_diff": parity.max_abs_loss_diff, "tolerance": parity.tolerance,
+        "first_divergent_step": parity.first_divergent_step, "first_divergent_strategy": parity.first_divergent_strategy,
+        "reference": ref, "precision": alignment.precision, "aligned": not args.no_align,
+        "alignment_notes": alignment.notes, "mismatches_before_alignment": before, "suspects": suspects,
+        "audit": {n: vars(p) for n, p in plans.items()},
+        "strategies": {n: {
+            "tokens_per_s": s["tokens_per_s"], "step_time_spread": _spread(s["step_s"]),
+            "peak_memory_bytes": s["peak_memory_bytes"], "final_loss": s["losses"][-1], "losses": s["losses"],
+            "abs_loss_diff": parity.abs_diff.get(n), "rel_loss_diff": parity.rel_diff.get(n),
+            "max_abs_weight_diff": weight_diff.get(n, 0.0), "mfu": s.get("mfu"), "world_size": s["world_size"],
+            "hf_export": s["hf_export"], "device": s.get("device"),
+        } for n, s in summaries.items()},
+        "command": command, "output": str(out),
+    }
+
+
+def _plots(names, summaries, parity, out: Path) -> None:
+    from shardlab.recipes import plots
+
+    plots.loss_curves({n: summaries[n]["losses"] for n in names}, out / "loss_curves.png")
+    plots.loss_diff(parity.abs_diff, names[0], out / "loss_diff.png")
+    plots.throughput_memory(names, [summaries[n]["tokens_per_s"] for n in names],
+                            [max(summaries[n]["peak_memory_bytes"]) / 2**30 for n in names], out / "throughput_memory.png")
