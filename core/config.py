@@ -16,11 +16,11 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     strategy: str = "ddp"
-    """Strategy preset name (see `recipe strategies`)."""
+    """Strategy preset name (see `recipe strategies`), or `auto`: the selector's choice (see `recipe plan`)."""
     offload: Optional[Literal["optimizer", "all"]] = None
     """Move the optimizer (or optimizer and parameters) to CPU: picks the offloading preset of the strategy's family."""
     model: str = "tiny"
-    """`tiny`, `llama-1b` (TinyLlama's shape, random weights) or a local Hugging Face Llama folder."""
+    """`tiny`, `llama-1b` (TinyLlama's shape), `llama-7b|13b|70b` (Llama-2 shapes; random weights) or a local HF Llama folder."""
     data: Optional[str] = None
     """Local .txt/.md/.jsonl file or folder of them; default: the corpus shipped with shardlab."""
     accelerator: Literal["cpu", "gpu", "auto"] = "auto"
@@ -45,6 +45,10 @@ class RunConfig(BaseModel):
     """AdamW weight decay."""
     grad_clip: float = Field(1.0, ge=0)
     """Clip gradients to this global norm; 0 turns clipping off."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them."""
+    export: bool = True
+    """Write and verify the consolidated Hugging Face folder hf/ at the end."""
     grad_reduce_dtype: Literal["auto", "fp32", "bf16"] = "auto"
     """dtype gradients are reduced in across ranks; `auto` is each backend's own default."""
     seed: int = Field(42, ge=0)

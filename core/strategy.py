@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from shardlab.core.memory import ModelStates, Shape, Workload
+
 Offload = Literal["none", "optimizer", "all"]
 
 
@@ -55,6 +57,7 @@ class RunContext:
     grad_clip: float
     micro_batch_size: int
     grad_reduce_dtype: str = "auto"  # "auto" (the backend's own default), "fp32" or "bf16"
+    activation_checkpointing: bool = False
 
     @property
     def world_size(self) -> int:
@@ -150,6 +153,14 @@ class Strategy(ABC):
         inside their own step (DeepSpeed) make it a no-op.
         """
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+    def model_state_bytes(self, shape: "Shape", work: "Workload") -> Optional["ModelStates"]:
+        """Per-rank bytes of parameters, gradients and optimizer states on GPU and CPU (`core.memory`).
+
+        None means "no memory model": `recipe plan` lists the strategy as "no estimate" and the
+        selector never picks it.
+        """
+        return None
 
     @abstractmethod
     def precision_plan(self, ctx: RunContext) -> PrecisionPlan:

@@ -30,6 +30,18 @@ def _compare(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _plan_parser(p: argparse.ArgumentParser) -> None:
+    from shardlab.recipes.plan import add_plan_arguments
+
+    add_plan_arguments(p)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from shardlab.recipes.plan import main
+
+    return main(args)
+
+
 def _run(args: argparse.Namespace) -> int:
     from shardlab.recipes.run import main
 
@@ -45,6 +57,7 @@ def _strategies(args: argparse.Namespace) -> int:
 # name -> (help, add arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable[[argparse.Namespace], int]]] = {
     "run": ("train the Llama recipe under one strategy", _run_parser, _run),
+    "plan": ("estimate memory per strategy on given hardware and choose one, with reasons", _plan_parser, _plan),
     "compare": ("run several strategies from the same weights and batches; report parity", _compare_parser, _compare),
     "strategies": ("list the registered strategy presets", _strategies_parser, _strategies),
 }

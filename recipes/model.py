@@ -21,6 +21,13 @@ SHIPPED: dict[str, dict] = {
     # TinyLlama-1.1B's shape.
     "llama-1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
+    # Llama-2 shapes, for planning (running them builds random weights of that size).
+    "llama-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                     num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096),
+    "llama-13b": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
+                      num_key_value_heads=40, vocab_size=32000, max_position_embeddings=4096),
+    "llama-70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                      num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096),
 }
 
 
@@ -68,16 +75,25 @@ def initial_folder(model: str, seed: int) -> Path:
 
     def write(tmp: Path) -> None:
         torch.manual_seed(seed)
-        LlamaForCausalLM(LlamaConfig(**spec, bos_token_id=0, eos_token_id=1, pad_token_id=1)).save_pretrained(tmp)
+        LlamaForCausalLM(model_config(model)).save_pretrained(tmp)
         byte_tokenizer().save_pretrained(tmp)
 
     return _atomic_folder(cache_dir() / "init" / f"{model}-seed{seed}-{key}", write)
 
 
+def model_config(model: str):
+    """The model's transformers config, without weights: a shipped shape or a local folder's config.json."""
+    from transformers import AutoConfig, LlamaConfig
+
+    if model in SHIPPED:
+        return LlamaConfig(**SHIPPED[model], bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    return AutoConfig.from_pretrained(check_llama_folder(model))
+
+
 def check_llama_folder(path: str) -> Path:
     folder = Path(path)
     if not folder.is_dir():
-        raise UserError(f"--model {path}: no such folder; give tiny, llama-1b or a local Hugging Face Llama folder")
+        raise UserError(f"--model {path}: no such folder; give one of {', '.join(SHIPPED)} or a local Hugging Face Llama folder")
     cfg_file = folder / "config.json"
     try:
         cfg = json.loads(cfg_file.read_text())

@@ -20,6 +20,8 @@ class LlamaModule(pl.LightningModule):
         if self.model is None:  # Lightning may call this more than once
             self.model = self.strategy.build_model(self.source, self)
             self.model.train()  # from_pretrained hands back eval mode
+            if self.ctx.activation_checkpointing:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         loss = self.model(input_ids=batch, labels=batch).loss

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from shardlab.core import registry
+from shardlab.core import memory, registry
 from shardlab.core.config import RunConfig, field_help, load_config
 from shardlab.core.errors import UserError
 from shardlab.core.strategy import OptimizerSpec, RunContext
@@ -26,8 +26,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
     for name, field in RunConfig.model_fields.items():
         if name in exclude:
             continue
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=argparse.SUPPRESS,
-                            help=f"{field.description} (default: {field.default})")
+        flag = "--" + name.replace("_", "-")
+        help_ = f"{field.description} (default: {field.default})"
+        if field.annotation is bool:
+            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, action=argparse.BooleanOptionalAction, help=help_)
+        else:
+            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_)
 
 
 def resolve(cfg: RunConfig) -> RunConfig:
@@ -46,17 +50,24 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise UserError(f"--precision {precision}: fp16 training needs a GPU; on CPU use 32-true or bf16-mixed")
     if accelerator == "gpu" and precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
         raise UserError(f"--precision {precision}: this GPU has no bf16; use 16-mixed or 32-true")
-    output = cfg.output or f"runs/{cfg.strategy}"
+    output = cfg.output or f"runs/{cfg.strategy}"  # after `auto` became a preset name
     return cfg.model_copy(update=dict(accelerator=accelerator, devices=devices, precision=precision, output=output))
 
 
 def prepare(cfg: RunConfig) -> dict[str, Any]:
     """Everything that can fail on bad input, before any process starts or anything is written to --output."""
+    decision = None
+    if cfg.strategy == "auto":
+        from shardlab.recipes.plan import make_plan
+
+        decision = make_plan(cfg)[2]
+        cfg = cfg.model_copy(update={"strategy": decision.choice, "offload": None})
     preset = registry.with_offload(registry.get(cfg.strategy), cfg.offload)
     cfg = resolve(cfg)
     ctx = RunContext(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
                      precision=cfg.precision, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip,
-                     micro_batch_size=cfg.micro_batch_size, grad_reduce_dtype=cfg.grad_reduce_dtype)
+                     micro_batch_size=cfg.micro_batch_size, grad_reduce_dtype=cfg.grad_reduce_dtype,
+                     activation_checkpointing=cfg.activation_checkpointing)
     strategy = preset.build()
     if ctx.accelerator == "cpu" and not strategy.capabilities.cpu:
         raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
@@ -70,7 +81,12 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
         raise UserError(f"--seq-len {cfg.seq_len}: the model takes at most {model_cfg.max_position_embeddings} tokens")
     blocks = data_lib.token_blocks(texts, AutoTokenizer.from_pretrained(folder), cfg.seq_len)
     data_lib.check_enough(blocks, cfg.micro_batch_size, ctx.world_size, cfg.seq_len)
-    return dict(cfg=cfg, preset=preset, strategy=strategy, ctx=ctx, folder=folder, model_cfg=model_cfg, blocks=blocks)
+    work = memory.Workload(micro_batch_size=cfg.micro_batch_size, seq_len=cfg.seq_len,
+                           activation_checkpointing=cfg.activation_checkpointing, precision=cfg.precision,
+                           gpus_per_node=cfg.devices, num_nodes=cfg.num_nodes)
+    estimate = memory.estimate(strategy, memory.shape_of(model_cfg), work)
+    return dict(cfg=cfg, preset=preset, strategy=strategy, ctx=ctx, folder=folder, model_cfg=model_cfg, blocks=blocks,
+                decision=decision, estimate=estimate)
 
 
 def train(p: dict[str, Any]) -> dict[str, Any]:
@@ -90,13 +106,13 @@ def train(p: dict[str, Any]) -> dict[str, Any]:
     module = LlamaModule(model_source(p["folder"]), p["strategy"], ctx,
                          OptimizerSpec(lr=cfg.lr, weight_decay=cfg.weight_decay))
     recorder = StepRecorder()
-    export = HFExport(str(p["folder"]), output, probe=p["blocks"][:2], precision=ctx.precision)
+    export = HFExport(str(p["folder"]), output, probe=p["blocks"][:2], precision=ctx.precision) if cfg.export else None
     trainer = pl.Trainer(
         accelerator=ctx.accelerator, devices=ctx.devices, num_nodes=ctx.num_nodes,
         strategy=p["strategy"].lightning_strategy(ctx), max_steps=cfg.max_steps,
         accumulate_grad_batches=cfg.grad_accum, use_distributed_sampler=False,  # our sampler: same order for all
         logger=False, enable_checkpointing=False, enable_model_summary=False, default_root_dir=str(output),
-        callbacks=[recorder, export], **p["strategy"].trainer_kwargs(ctx),
+        callbacks=[recorder] + ([export] if export else []), **p["strategy"].trainer_kwargs(ctx),
     )
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=data_lib.LlamaData(p["blocks"], cfg.micro_batch_size, cfg.seed))
@@ -106,15 +122,21 @@ def train(p: dict[str, Any]) -> dict[str, Any]:
     summary = {
         "strategy": p["preset"].name, "world_size": ctx.world_size, "precision": ctx.precision,
         "losses": recorder.losses, "tokens_per_s": tokens_per_s, "peak_memory_bytes": recorder.peaks,
-        "wall_s": wall, "hf_export": str(output / "hf"), "step_s": recorder.step_s,
+        "wall_s": wall, "hf_export": str(output / "hf") if export else None, "step_s": recorder.step_s,
         "mfu": _mfu(tokens_per_s / ctx.world_size, p["model_cfg"], cfg.seq_len, ctx),
-        "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff},
+        "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff} if export else None,
+        "memory_estimate": _estimate_dict(p["estimate"]),
+        "auto": {"choice": p["decision"].choice, "reasons": p["decision"].reasons} if p["decision"] else None,
         "config": cfg.model_dump(), "model_folder": str(p["folder"]),
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
     }
     if trainer.global_rank == 0:
         write_json_atomic(output / "summary.json", summary)
     return summary
+
+
+def _estimate_dict(e) -> dict | None:
+    return None if e is None else {"gpu_bytes": e.gpu_bytes, "cpu_bytes": e.cpu_bytes, "parts": e.parts}
 
 
 def _mfu(tokens_per_s_per_device: float, model_cfg, seq_len: int, ctx: RunContext) -> float | None:
@@ -135,6 +157,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
     p = prepare(load_config(getattr(args, "config", None), overrides))
+    if os.environ.get("LOCAL_RANK", "0") == "0" and p["decision"]:
+        print(f"shardlab: --strategy auto chose {p['decision'].choice}:")
+        for reason in p["decision"].reasons:
+            print(f"  - {reason}")
     if os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"shardlab: {p['preset'].name} on {p['ctx'].world_size} x {p['ctx'].accelerator}, "
               f"{p['ctx'].precision}, model {p['cfg'].model}, output {p['cfg'].output}")

@@ -7,6 +7,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 
 from shardlab.core.registry import Preset, register
+from shardlab.core import memory
 from shardlab.core.errors import UserError
 from shardlab.core.strategy import Capabilities, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero, process_group_backend, to_cpu_fp32
@@ -27,6 +28,9 @@ class DDP(Strategy):
         storage = dtype_name(ctx.precision, "storage")  # DDP all-reduces the gradients in the parameters' dtype
         return PrecisionPlan(compute=dtype_name(ctx.precision, "compute"), master=storage,
                              grad_reduce=storage, optimizer_states=storage)
+
+    def model_state_bytes(self, shape, work):
+        return memory.ddp_states(shape.params, work)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         return to_cpu_fp32(model.state_dict()) if is_rank_zero() else None

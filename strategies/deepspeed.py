@@ -10,6 +10,7 @@ import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 from lightning.fabric.utilities.seed import reset_seed
 
+from shardlab.core import memory
 from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero, process_group_backend
@@ -91,6 +92,12 @@ class ZeRO(Strategy):
         compute = dtype_name(ctx.precision, "compute")
         reduce = compute if ctx.grad_reduce_dtype == "auto" else ctx.grad_reduce_dtype
         return PrecisionPlan(compute=compute, master="fp32", grad_reduce=reduce, optimizer_states="fp32")
+
+    def model_state_bytes(self, shape, work):
+        if self.stage == 2:
+            return memory.zero2_states(shape.params, work, offload=self.offload != "none")
+        return memory.zero3_states(shape.params, shape.largest_layer_params, work,
+                                   offload_optimizer=self.offload != "none", offload_params=self.offload == "all")
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
         return _LightningDeepSpeed(config=self.ds_config(ctx), process_group_backend=process_group_backend(ctx))

@@ -13,6 +13,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+from shardlab.core import memory
 from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero
@@ -66,6 +67,9 @@ class FSDP2(Strategy):
         compute, storage = dtype_name(ctx.precision, "compute"), dtype_name(ctx.precision, "storage")
         reduce = compute if ctx.grad_reduce_dtype == "auto" else ctx.grad_reduce_dtype
         return PrecisionPlan(compute=compute, master=storage, grad_reduce=reduce, optimizer_states=storage)
+
+    def model_state_bytes(self, shape, work):
+        return memory.fsdp_states(shape, work, offload=self.offload)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

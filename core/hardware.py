@@ -1,0 +1,76 @@
+"""What the run will have: probed where the run is, overridable to plan for a cluster elsewhere."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from shardlab.core.errors import UserError
+
+GiB = 2**30
+_MAX_GPU_GIB = 1024  # no accelerator has more; a larger value is a typo (bytes for GiB, say)
+_MAX_CPU_GIB = 64 * 1024
+
+
+class Hardware(BaseModel):
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    accelerator: str
+    """`gpu` or `cpu`."""
+    gpus_per_node: int
+    """GPUs per node (0 on a CPU run)."""
+    gpu_memory_bytes: int
+    """Memory of one GPU."""
+    bf16: bool
+    """Whether the GPUs compute in bf16."""
+    num_nodes: int
+    """Nodes in the run."""
+    cpu_memory_bytes: int
+    """CPU memory of one node."""
+    probed: bool
+    """True when nothing was overridden."""
+
+    @property
+    def world_size(self) -> int:
+        return max(self.gpus_per_node, 1) * self.num_nodes
+
+    def describe(self) -> str:
+        if self.accelerator == "cpu":
+            return f"CPU only, {self.num_nodes} node(s) with {self.cpu_memory_bytes / GiB:.0f} GiB"
+        return (f"{self.num_nodes} node(s) x {self.gpus_per_node} GPU(s) of {self.gpu_memory_bytes / GiB:.0f} GiB, "
+                f"{self.cpu_memory_bytes / GiB:.0f} GiB CPU memory per node"
+                + ("" if self.probed else " (as given, not probed)"))
+
+
+def _cpu_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def probe(accelerator: str = "auto", num_nodes: int = 1, gpus: Optional[int] = None,
+          gpu_memory_gib: Optional[float] = None, cpu_memory_gib: Optional[float] = None) -> Hardware:
+    """The hardware here, with any of GPU count, GPU memory, nodes and CPU memory overridden."""
+    import torch
+
+    for flag, value, top in (("--gpu-memory-gib", gpu_memory_gib, _MAX_GPU_GIB), ("--cpu-memory-gib", cpu_memory_gib, _MAX_CPU_GIB)):
+        if value is not None and not 0 < value <= top:
+            raise UserError(f"{flag} {value:g}: give the memory in GiB, more than 0 and at most {top}")
+    if gpus is not None and gpus < 0:
+        raise UserError(f"--gpus {gpus}: give a GPU count of 0 or more")
+    if num_nodes < 1:
+        raise UserError(f"--num-nodes {num_nodes}: give 1 or more")
+    local = torch.cuda.device_count()
+    count = local if gpus is None else gpus
+    if accelerator == "gpu" and count == 0:
+        raise UserError("--accelerator gpu: no GPUs (0 visible and none given with --gpus); "
+                        "use --gpus N --gpu-memory-gib M to plan for GPUs elsewhere, or --accelerator cpu")
+    kind = "cpu" if accelerator == "cpu" or count == 0 else "gpu"
+    if kind == "gpu" and gpu_memory_gib is None and local == 0:
+        raise UserError("--gpus: no GPU here to measure; give --gpu-memory-gib too")
+    gpu_mem = int(gpu_memory_gib * GiB) if gpu_memory_gib is not None else (
+        torch.cuda.get_device_properties(0).total_memory if local else 0)
+    bf16 = (torch.cuda.is_bf16_supported() if local and gpus is None else True) if kind == "gpu" else False
+    return Hardware(accelerator=kind, gpus_per_node=count if kind == "gpu" else 0, gpu_memory_bytes=gpu_mem, bf16=bf16,
+                    num_nodes=num_nodes,
+                    cpu_memory_bytes=int(cpu_memory_gib * GiB) if cpu_memory_gib is not None else _cpu_memory(),
+                    probed=gpus is None and gpu_memory_gib is None and cpu_memory_gib is None)

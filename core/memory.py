@@ -1,0 +1,204 @@
+"""Per-rank memory estimate for a Llama training step under any registered strategy.
+
+Parameter counts come from the model config on the meta device (accelerate's init_empty_weights), so a
+70B config plans on a laptop. Model states come from each strategy (`Strategy.model_state_bytes`);
+activations, logits and the fixed overhead are shared here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from shardlab.core.strategy import Strategy
+
+GiB = 2**30
+# Allocations outside model states, activations and logits that max_memory_allocated still counts
+# (cuBLAS workspace, the loss's reduction buffers, allocator rounding). Set to 512 MiB, not measured on
+# its own: with it, the 23 points measured on one H200 (results/2026-12-02-memory-h200.md) fall within
+# -8.6% .. +8.6% of the estimate; isolating it is a measurement still to make.
+FIXED_OVERHEAD_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimate needs to know about the model."""
+
+    params: int
+    largest_layer_params: int  # largest parameter count held directly by one module (DeepSpeed's convention)
+    decoder_layer_params: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The run as the estimate sees it."""
+
+    micro_batch_size: int
+    seq_len: int
+    activation_checkpointing: bool
+    precision: str
+    gpus_per_node: int
+    num_nodes: int
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+    @property
+    def compute_bytes(self) -> int:
+        return 4 if self.precision == "32-true" else 2
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes per rank for parameters, gradients and optimizer states (and their CPU side)."""
+
+    gpu: int
+    cpu: int
+    step_only: int = 0
+    """Part of `gpu` that exists only during the optimizer step, when activations are already freed
+    (ZeRO's fp32 gradient partition): the peak is max(backward, step), not their sum."""
+    fp32_residual: bool = False
+    """Autocast over fp32 parameters (DDP): the residual stream and norm inputs stay fp32."""
+    runtime_buffers: int = 0
+    """GPU buffers outside the backend's own model-state estimate (ZeRO-3 parameter offload fetches up to
+    stage3_max_live_parameters parameters back to the GPU)."""
+
+
+@dataclass
+class Estimate:
+    gpu_bytes: int
+    cpu_bytes: int
+    parts: dict[str, int] = field(default_factory=dict)
+
+
+def shape_of(config) -> Shape:
+    """Counts parameters of a transformers Llama config on the meta device: nothing is allocated."""
+    return _shape_of(config.to_json_string())
+
+
+@lru_cache(maxsize=32)
+def _shape_of(config_json: str) -> Shape:
+    import json
+
+    from accelerate import init_empty_weights
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**json.loads(config_json))
+    with init_empty_weights():
+        model = LlamaForCausalLM(config)
+    params = sum(p.numel() for p in model.parameters())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    return Shape(params=params, largest_layer_params=largest, decoder_layer_params=layer,
+                 hidden=config.hidden_size, layers=config.num_hidden_layers, heads=config.num_attention_heads,
+                 kv_heads=config.num_key_value_heads, intermediate=config.intermediate_size, vocab=config.vocab_size)
+
+
+def activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
+    """Activations kept for backward, per rank.
+
+    Per token and decoder layer, after Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+    Large Transformer Models", sec. 4.1: 34·h bytes for a GPT layer with flash attention), recounted for
+    Llama in 16-bit: q/k/v-projection input, q, k, v, attention output and o-projection input
+    (about 8h + 4·kv); SwiGLU MLP input 2h plus gate, up, SiLU and product (8·intermediate); two RMSNorms
+    that keep their 16-bit input and an fp32 copy (12h). Attention scores are not stored (SDPA).
+    Activation checkpointing per decoder layer keeps each layer's input (2h) plus one layer recomputed.
+    Autocast over fp32 parameters keeps the two norm inputs in fp32 (+4h).
+    """
+    kv = s.kv_heads * (s.hidden // s.heads)
+    scale = w.compute_bytes / 2
+    per_layer = (22 * s.hidden + 8 * s.intermediate + 4 * kv) * scale + (4 * s.hidden if fp32_residual else 0)
+    tokens = w.micro_batch_size * w.seq_len
+    if w.activation_checkpointing:
+        return int(tokens * (s.layers * 2 * s.hidden * scale + per_layer))
+    return int(tokens * s.layers * per_layer)
+
+
+def logits_bytes(s: Shape, w: Workload) -> int:
+    """The logits and the loss's buffers: 16-bit logits, their fp32 upcast and log-softmax, fp32 gradient
+    (transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy): 2 + 4 + 4 bytes per value."""
+    per_value = 12 if w.compute_bytes == 4 else 10
+    return int(w.micro_batch_size * w.seq_len * s.vocab * per_value)
+
+
+def estimate(strategy: "Strategy", s: Shape, w: Workload) -> Optional[Estimate]:
+    """None when the strategy declares no memory model (it is then never auto-selected)."""
+    states = strategy.model_state_bytes(s, w)
+    if states is None:
+        return None
+    act, logits = activation_bytes(s, w, states.fp32_residual), logits_bytes(s, w)
+    backward = states.gpu - states.step_only + act + logits
+    parts = {"model_states": states.gpu, "runtime_buffers": states.runtime_buffers, "activations": act,
+             "logits": logits, "fixed_overhead": FIXED_OVERHEAD_BYTES, "peak_phase_backward": int(backward >= states.gpu)}
+    gpu = max(backward, states.gpu) + states.runtime_buffers + FIXED_OVERHEAD_BYTES
+    return Estimate(gpu_bytes=gpu, cpu_bytes=states.cpu, parts=parts)
+
+
+# Model-state formulas, shared by the adapters. Byte counts per parameter after the ZeRO paper
+# (Rajbhandari et al. 2020, sec. 3: mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
+
+
+ZERO3_MAX_LIVE_PARAMETERS = 10**9  # DeepSpeed's default stage3_max_live_parameters
+
+
+def zero2_states(n: int, w: Workload, offload: bool, buffer_factor: float = 1.5) -> ModelStates:
+    """DeepSpeed's own estimate_zero2_model_states_mem_needs (deepspeed/runtime/zero/stage_1_and_2.py)."""
+    gpus = w.world_size
+    if offload:
+        return ModelStates(gpu=2 * n, cpu=int(n * max(4 * gpus, 16) * buffer_factor))
+    # 2 = 16-bit params; 18 = 16-bit grads 2 + fp32 grads 4 + fp32 params 4 + Adam 8, partitioned
+    return ModelStates(gpu=2 * n + int(18 * n / gpus), cpu=int(n * 4 * w.gpus_per_node * buffer_factor),
+                       step_only=int(4 * n / gpus))
+
+
+def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool,
+                 buffer_factor: float = 1.5) -> ModelStates:
+    """DeepSpeed's own estimate_zero3_model_states_mem_needs with zero_init (deepspeed/runtime/zero/stage3.py)."""
+    gpus, node_factor, largest_mem = w.world_size, 1 / w.num_nodes, 4 * largest
+    if offload_optimizer and offload_params:
+        # DeepSpeed's estimate leaves out the parameters fetched back for compute: up to
+        # stage3_max_live_parameters (DeepSpeed's default 1e9) in 16 bits. Measured on one H200 with
+        # llama-1b: 1.9-2.0 GiB above the largest-layer term at three workloads (results/2026-12-02-memory-h200.md).
+        live = min(n, ZERO3_MAX_LIVE_PARAMETERS) * 2
+        return ModelStates(gpu=largest_mem, cpu=int(n * 18 * node_factor * buffer_factor), runtime_buffers=live)
+    if offload_optimizer:
+        return ModelStates(gpu=largest_mem + int(2 * n / gpus), cpu=int(n * 16 * node_factor * buffer_factor))
+    return ModelStates(gpu=largest_mem + int(18 * n / gpus), cpu=int(largest * 4 * w.gpus_per_node * buffer_factor),
+                       step_only=int(4 * n / gpus))
+
+
+def _master_bytes(w: Workload) -> int:
+    return 2 if w.precision.endswith("-true") and w.precision != "32-true" else 4
+
+
+def ddp_states(n: int, w: Workload) -> ModelStates:
+    """Full replica: master params + grads + Adam (2 states) + DDP's gradient buckets (Lightning keeps
+    gradient_as_bucket_view off, so they are a copy), + autocast's 16-bit weight cache under *-mixed.
+    CPU: each rank loads the fp32 model before moving it to its GPU."""
+    m = _master_bytes(w)
+    cache = 2 if w.precision.endswith("-mixed") else 0
+    return ModelStates(gpu=n * (m + m + 2 * m + m + cache), cpu=int(4 * n * w.gpus_per_node * 1.5),
+                       fp32_residual=bool(cache))
+
+
+def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
+    """FSDP2: master params, grads and Adam states sharded over the world (4 masters' worth of bytes);
+    unsharded compute-dtype copies of the root unit (embeddings, lm_head, final norm; FSDP keeps the
+    root gathered through the step) and two decoder layers (current + prefetched), and one layer's
+    unsharded gradients for the reduce-scatter. Offload moves the sharded part to CPU."""
+    m = _master_bytes(w)
+    sharded = int(s.params * 4 * m / w.world_size)
+    root = s.params - s.layers * s.decoder_layer_params
+    gathered = (root + 2 * s.decoder_layer_params) * w.compute_bytes + s.decoder_layer_params * 4
+    load = int(4 * s.params * w.gpus_per_node * 1.5)  # each rank loads the fp32 model on CPU first
+    if offload:
+        return ModelStates(gpu=gathered, cpu=load + sharded * w.gpus_per_node)
+    return ModelStates(gpu=sharded + gathered, cpu=load)

@@ -1,0 +1,119 @@
+"""Which strategy to run: the owner's decision tree, then feasibility against the memory estimate.
+
+Every branch returns its reason, so `recipe plan` and `recipe run --strategy auto` can say why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from shardlab.core.errors import UserError
+from shardlab.core.hardware import GiB, Hardware
+from shardlab.core.memory import Estimate, Shape, Workload
+from shardlab.core.registry import Preset
+
+LARGE_MODEL_PARAMS = 10e9  # the tree's split between FSDP and DeepSpeed
+
+
+@dataclass
+class Row:
+    name: str
+    estimate: Optional[Estimate]
+    fits: bool
+    source: str = "built-in"
+
+
+@dataclass
+class Decision:
+    choice: str
+    reasons: list[str]
+    rows: list[Row] = field(default_factory=list)
+
+
+def fits(e: Optional[Estimate], hw: Hardware) -> bool:
+    """GPU run: the per-rank estimate within one GPU, the CPU side within a node's memory.
+    CPU run: every rank of a node in the node's memory."""
+    if e is None:
+        return False
+    if hw.accelerator == "gpu":
+        return e.gpu_bytes <= hw.gpu_memory_bytes and e.cpu_bytes <= hw.cpu_memory_bytes
+    ranks = max(1, hw.world_size // hw.num_nodes)
+    return e.gpu_bytes * ranks + e.cpu_bytes <= hw.cpu_memory_bytes
+
+
+def _gib(b: int) -> str:
+    return f"{b / GiB:.1f} GiB"
+
+
+def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Optional[str],
+           candidates: dict[str, tuple[Preset, Optional[Estimate]]]) -> Decision:
+    rows = [Row(n, e, fits(e, hw), p.source) for n, (p, e) in candidates.items()]
+    fitting = {r.name for r in rows if r.fits}
+    est = {n: e for n, (_, e) in candidates.items()}
+    reasons: list[str] = []
+    size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.2f}M"
+    non_offload = [n for n, (p, e) in candidates.items() if p.capabilities.offload == "none" and e is not None]
+
+    # 1. Offload asked for, or nothing without offload fits on the GPUs while CPU memory suffices.
+    if offload_requested:
+        choice = "zero3_offload_all" if offload_requested == "all" else "zero3_offload"
+        reasons.append(f"CPU offload of the {'optimizer and parameters' if offload_requested == 'all' else 'optimizer'} "
+                       f"was asked for: ZeRO-3 with offload")
+    elif hw.accelerator == "gpu" and not fitting.intersection(non_offload) and fitting.intersection({"zero3_offload", "zero3_offload_all"}):
+        choice = "zero3_offload"
+        reasons.append(f"no strategy without offload fits in {_gib(hw.gpu_memory_bytes)} per GPU, and CPU memory "
+                       f"({_gib(hw.cpu_memory_bytes)} per node) holds the offloaded optimizer: ZeRO-3 with optimizer offload")
+        if "zero3_offload" not in fitting:
+            choice = "zero3_offload_all"
+            reasons.append("optimizer offload alone does not fit: parameters go to CPU too (zero3_offload_all)")
+    # 2. No offload, under 10B parameters: FSDP.
+    elif shape.params < LARGE_MODEL_PARAMS:
+        choice = "fsdp"
+        reasons.append(f"{size} parameters (< 10B) and no offload needed: FSDP")
+    # 3. No offload, 10B or more: DeepSpeed; ZeRO-2 on one node of fewer than 8 GPUs when it fits.
+    elif hw.num_nodes == 1 and hw.gpus_per_node < 8 and "zero2" in fitting:
+        choice = "zero2"
+        reasons.append(f"{size} parameters (>= 10B) on one node of {hw.gpus_per_node} GPU(s) (< 8), "
+                       f"and ZeRO-2 fits ({_gib(est['zero2'].gpu_bytes)} per GPU): DeepSpeed ZeRO-2")
+    else:
+        choice = "zero3"
+        why = "several nodes" if hw.num_nodes > 1 else (
+            f"{hw.gpus_per_node} GPUs on the node" if hw.gpus_per_node >= 8 else "ZeRO-2 does not fit")
+        reasons.append(f"{size} parameters (>= 10B), {why}: DeepSpeed ZeRO-3")
+
+    # Feasibility: a choice that will not fit moves to the next strategy in memory order.
+    if choice not in fitting:
+        # Memory order: strategies without offload first (no CPU round trips), each group largest first.
+        offloads = {n: p.capabilities.offload != "none" for n, (p, _) in candidates.items()}
+        order = sorted((n for n, e in est.items() if e is not None), key=lambda n: (offloads[n], -est[n].gpu_bytes))
+        below = order[order.index(choice) + 1:] if choice in order else order
+        nxt = next((n for n in below if n in fitting), None)
+        need = _gib(est[choice].gpu_bytes) if est.get(choice) else "no estimate"
+        if nxt is None:
+            raise UserError(_nothing_fits(hw, work, est, offloads))
+        reasons.append(f"{choice} would need {need} per GPU and {_gib(est[choice].cpu_bytes) if est.get(choice) else '?'} "
+                       f"CPU per node, more than there is: moved to {nxt}, the next in memory order "
+                       f"({_gib(est[nxt].gpu_bytes)} per GPU)")
+        choice = nxt
+    e = est[choice]
+    reasons.append(f"{choice} is estimated at {_gib(e.gpu_bytes)} per {'GPU' if hw.accelerator == 'gpu' else 'rank'} "
+                   f"and {_gib(e.cpu_bytes)} CPU per node, on {hw.describe()}")
+    return Decision(choice=choice, reasons=reasons, rows=rows)
+
+
+def _nothing_fits(hw: Hardware, work: Workload, est: dict[str, Optional[Estimate]], offloads: dict[str, bool]) -> str:
+    known = {n: e for n, e in est.items() if e is not None}
+    smallest = min(known, key=lambda n: known[n].gpu_bytes)
+    e = known[smallest]
+    ideas = ["more GPUs (--gpus, --num-nodes)"]
+    if not offloads[smallest]:
+        ideas.append("CPU offload (--offload optimizer or all)")
+    if e.cpu_bytes > hw.cpu_memory_bytes:
+        ideas.append("more CPU memory per node")
+    if not work.activation_checkpointing:
+        ideas.append("--activation-checkpointing")
+    if work.micro_batch_size > 1:
+        ideas.append(f"a smaller --micro-batch-size (now {work.micro_batch_size})")
+    where = "per GPU" if hw.accelerator == "gpu" else "per rank"
+    return (f"no strategy fits: the smallest, {smallest}, needs {_gib(e.gpu_bytes)} {where} and {_gib(e.cpu_bytes)} "
+            f"CPU per node on {hw.describe()}; try {', '.join(ideas)}")

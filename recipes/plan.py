@@ -1,0 +1,82 @@
+"""`recipe plan`: every strategy's memory estimate on the given hardware, and the selector's choice."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Optional
+
+from shardlab.core import memory, registry, selector
+from shardlab.core.config import RunConfig, load_config
+from shardlab.core.errors import UserError
+from shardlab.core.hardware import GiB, Hardware, probe
+from shardlab.core.strategy import RunContext
+from shardlab.recipes.model import model_config
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    from shardlab.recipes.run import add_run_arguments
+
+    parser.add_argument("--gpus", type=int, help="GPUs per node to plan for (default: those visible here)")
+    parser.add_argument("--gpu-memory-gib", type=float, help="memory of one GPU in GiB (default: measured here)")
+    parser.add_argument("--cpu-memory-gib", type=float, help="CPU memory of one node in GiB (default: measured here)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object: choice, reasons, strategies")
+    add_run_arguments(parser)
+
+
+def workload(cfg: RunConfig, hw: Hardware, precision: str) -> memory.Workload:
+    per_node = hw.gpus_per_node if hw.accelerator == "gpu" else (cfg.devices if cfg.devices != "auto" else 2)
+    return memory.Workload(micro_batch_size=cfg.micro_batch_size, seq_len=cfg.seq_len,
+                           activation_checkpointing=cfg.activation_checkpointing, precision=precision,
+                           gpus_per_node=per_node, num_nodes=hw.num_nodes)
+
+
+def make_plan(cfg: RunConfig, gpus: Optional[int] = None, gpu_memory_gib: Optional[float] = None,
+              cpu_memory_gib: Optional[float] = None) -> tuple[Hardware, memory.Workload, selector.Decision]:
+    """Hardware, workload and the decision, from config only: no weights are built or loaded."""
+    if cfg.accelerator == "gpu" and gpus == 0:
+        raise UserError("--gpus 0: a GPU run needs at least one GPU; use --accelerator cpu to plan a CPU run")
+    if gpus is None and cfg.devices != "auto" and cfg.accelerator != "cpu":
+        import torch
+
+        gpus = cfg.devices if torch.cuda.device_count() or gpu_memory_gib else None
+    hw = probe(cfg.accelerator, cfg.num_nodes, gpus, gpu_memory_gib, cpu_memory_gib)
+    precision = cfg.precision if cfg.precision != "auto" else ("bf16-mixed" if hw.accelerator == "gpu" and hw.bf16 else "32-true")
+    shape = memory.shape_of(model_config(cfg.model))
+    work = workload(cfg, hw, precision)
+    ctx = RunContext(accelerator=hw.accelerator, devices=work.gpus_per_node, num_nodes=hw.num_nodes, precision=precision,
+                     grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, micro_batch_size=cfg.micro_batch_size,
+                     activation_checkpointing=cfg.activation_checkpointing)
+    candidates = {}
+    for name, preset in registry.presets().items():
+        caps = preset.capabilities
+        runnable = (caps.gpu if hw.accelerator == "gpu" else caps.cpu) and precision in caps.precisions \
+            and (hw.num_nodes == 1 or caps.multi_node)
+        if runnable:
+            candidates[name] = (preset, memory.estimate(preset.build(), shape, work))
+    return hw, work, selector.choose(hw, shape, work, cfg.offload, candidates)
+
+
+def main(args: argparse.Namespace) -> int:
+    overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
+    cfg = load_config(getattr(args, "config", None), overrides)
+    hw, work, decision = make_plan(cfg, args.gpus, args.gpu_memory_gib, args.cpu_memory_gib)
+    rows = [{"name": r.name, "gpu_bytes": r.estimate.gpu_bytes if r.estimate else None,
+             "cpu_bytes": r.estimate.cpu_bytes if r.estimate else None, "fits": r.fits, "source": r.source,
+             "parts": r.estimate.parts if r.estimate else None} for r in decision.rows]
+    if args.json:
+        print(json.dumps({"choice": decision.choice, "reasons": decision.reasons, "strategies": rows,
+                          "hardware": hw.model_dump(), "workload": vars(work)}, indent=2))
+        return 0
+    where = "GPU" if hw.accelerator == "gpu" else "rank"
+    print(f"hardware: {hw.describe()}; workload: micro-batch {work.micro_batch_size} x seq {work.seq_len}, "
+          f"{work.precision}, activation checkpointing {'on' if work.activation_checkpointing else 'off'}")
+    print(f"{'strategy':<20} {'per ' + where:>12} {'CPU per node':>13}  fits")
+    for r in rows:
+        if r["gpu_bytes"] is None:
+            print(f"{r['name']:<20} {'no estimate':>12} {'':>13}  -")
+            continue
+        print(f"{r['name']:<20} {r['gpu_bytes'] / GiB:>8.1f} GiB {r['cpu_bytes'] / GiB:>9.1f} GiB  {'yes' if r['fits'] else 'no'}")
+    print(f"choice: {decision.choice}")
+    for reason in decision.reasons:
+        print(f"  - {reason}")
+    return 0

@@ -1,0 +1,49 @@
+"""`recipe plan` and `recipe run --strategy auto`, as a user runs them."""
+from __future__ import annotations
+
+import json
+
+
+def test_plan_json_for_a_cluster_not_here(recipe):
+    proc = recipe("plan", "--model", "llama-13b", "--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "80",
+                  "--num-nodes", "2", "--cpu-memory-gib", "1024", "--micro-batch-size", "1", "--seq-len", "2048", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["choice"] == "zero3" and all(isinstance(r, str) for r in out["reasons"])
+    names = {s["name"] for s in out["strategies"]}
+    assert {"ddp", "zero2", "zero3", "fsdp", "zero3_offload"} <= names
+    assert all({"name", "gpu_bytes", "cpu_bytes", "fits"} <= set(s) for s in out["strategies"])
+
+
+def test_plan_table(recipe):
+    proc = recipe("plan", "--model", "llama-7b", "--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "80",
+                  "--cpu-memory-gib", "1024")
+    assert proc.returncode == 0, proc.stderr
+    assert "choice: fsdp" in proc.stdout and "zero3_offload_all" in proc.stdout and "  - " in proc.stdout
+
+
+def test_run_auto_on_cpu_end_to_end(recipe, tmp_path):
+    proc = recipe("run", "--strategy", "auto", "--accelerator", "cpu", "--devices", "2", "--max-steps", "3",
+                  "--output", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--strategy auto chose fsdp" in proc.stdout
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["strategy"] == "fsdp" and s["auto"]["choice"] == "fsdp" and s["auto"]["reasons"]
+    assert s["memory_estimate"]["gpu_bytes"] > 0 and len(s["peak_memory_bytes"]) == 2
+
+
+def test_plan_bad_inputs(recipe, tmp_path):
+    cases = {
+        "gpu run with no gpus": (["--accelerator", "gpu", "--gpus", "0"], "--gpus 0"),
+        "negative memory": (["--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "-80"], "--gpu-memory-gib"),
+        "absurd memory": (["--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "80000000000"], "--gpu-memory-gib"),
+        "absurd cpu memory": (["--cpu-memory-gib", "0"], "--cpu-memory-gib"),
+        "unknown model config": (["--model", "llama-9000"], "--model llama-9000"),
+        "nothing fits": (["--model", "llama-70b", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib", "16",
+                          "--cpu-memory-gib", "64", "--seq-len", "2048"], "no strategy fits"),
+    }
+    for name, (flags, expected) in cases.items():
+        proc = recipe("plan", *flags)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in proc.stderr, \
+            f"{name}: {proc.returncode} {proc.stderr[-500:]}"
