@@ -20,11 +20,16 @@ def write_report(path: Path, m: dict[str, Any]) -> None:
         mrd = max(s["rel_loss_diff"]) if s["rel_loss_diff"] else 0.0
         lines.append(f"| {name} | {s['tokens_per_s']:,.0f} | {s['step_time_spread']:.1%} | {peaks} | "
                      f"{s['final_loss']:.5f} | {mad:.2e} | {mrd:.2e} | {s['max_abs_weight_diff']:.2e} |")
-    lines += ["", "## Loss per step", "", "| step | " + " | ".join(m["strategies"]) + " |",
-              "|---" * (len(m["strategies"]) + 1) + "|"]
+    others = [n for n in m["strategies"] if n != ref]
+    lines += ["", f"## Loss per step, and its difference from {ref} (absolute / relative)", "",
+              "| step | " + " | ".join(m["strategies"]) + " | " + " | ".join(f"{n} - {ref}" for n in others) + " |",
+              "|---" * (len(m["strategies"]) + len(others) + 1) + "|"]
     n = max(len(s["losses"]) for s in m["strategies"].values())
     for i in range(n):
         row = [f"{s['losses'][i]:.6f}" if i < len(s["losses"]) else "-" for s in m["strategies"].values()]
+        for o in others:
+            s = m["strategies"][o]
+            row.append(f"{s['abs_loss_diff'][i]:.1e} / {s['rel_loss_diff'][i]:.1e}" if i < len(s["abs_loss_diff"]) else "-")
         lines.append(f"| {i + 1} | " + " | ".join(row) + " |")
     lines += ["", "## Precision audit", "", "| strategy | compute | master weights | gradient reduction | optimizer states |",
               "|---|---|---|---|---|"]
