@@ -42,6 +42,18 @@ def _plan(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _launch_parser(p: argparse.ArgumentParser) -> None:
+    from shardlab.recipes.launch import add_launch_arguments
+
+    add_launch_arguments(p)
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from shardlab.recipes.launch import main
+
+    return main(args)
+
+
 def _run(args: argparse.Namespace) -> int:
     from shardlab.recipes.run import main
 
@@ -57,6 +69,7 @@ def _strategies(args: argparse.Namespace) -> int:
 # name -> (help, add arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable[[argparse.Namespace], int]]] = {
     "run": ("train the Llama recipe under one strategy", _run_parser, _run),
+    "launch": ("start one run across nodes through torchrun or SLURM, after validating it", _launch_parser, _launch),
     "plan": ("estimate memory per strategy on given hardware and choose one, with reasons", _plan_parser, _plan),
     "compare": ("run several strategies from the same weights and batches; report parity", _compare_parser, _compare),
     "strategies": ("list the registered strategy presets", _strategies_parser, _strategies),

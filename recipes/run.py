@@ -89,7 +89,8 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
                 decision=decision, estimate=estimate)
 
 
-def train(p: dict[str, Any]) -> dict[str, Any]:
+def train(p: dict[str, Any]) -> dict[str, Any] | None:
+    """Runs on every rank; global rank 0 writes summary.json and gets the summary, the others None."""
     import lightning.pytorch as pl
 
     from shardlab.recipes.export import HFExport
@@ -130,8 +131,9 @@ def train(p: dict[str, Any]) -> dict[str, Any]:
         "config": cfg.model_dump(), "model_folder": str(p["folder"]),
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
     }
-    if trainer.global_rank == 0:
-        write_json_atomic(output / "summary.json", summary)
+    if trainer.global_rank != 0:
+        return None
+    write_json_atomic(output / "summary.json", summary)
     return summary
 
 
@@ -165,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"shardlab: {p['preset'].name} on {p['ctx'].world_size} x {p['ctx'].accelerator}, "
               f"{p['ctx'].precision}, model {p['cfg'].model}, output {p['cfg'].output}")
     summary = train(p)
-    if os.environ.get("LOCAL_RANK", "0") == "0" and int(os.environ.get("NODE_RANK", "0")) == 0:
+    if summary is not None:  # global rank 0
         print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}, "
               f"{summary['tokens_per_s']:.0f} tokens/s, summary {Path(p['cfg'].output) / 'summary.json'}")
     return 0

@@ -19,8 +19,10 @@ def cache_dir(tmp_path_factory) -> Path:
 def recipe(cache_dir):
     """recipe(*args) -> CompletedProcess; output captured, SHARDLAB_CACHE isolated per test session."""
 
-    def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    def run(*args: str, timeout: float = 600, pythonpath: str | None = None) -> subprocess.CompletedProcess:
         env = {**os.environ, "SHARDLAB_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+        if pythonpath:  # put plug-in packages (real dist-info folders) on the path of the child processes
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
         return subprocess.run([sys.executable, "-m", "shardlab.recipes.cli", *map(str, args)],
                               capture_output=True, text=True, env=env, timeout=timeout)
 
