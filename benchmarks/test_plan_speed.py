@@ -7,11 +7,12 @@ from shardlab.recipes.plan import make_plan
 
 
 def test_plan_70b_latency(benchmark):
-    cfg = RunConfig(model="llama-70b", accelerator="gpu", precision="bf16-mixed", micro_batch_size=1, seq_len=2048)
+    cfg = RunConfig(model="llama-70b", accelerator="gpu", precision="bf16-mixed", micro_batch_size=1, seq_len=2048,
+                    gpus=8, gpu_memory_gib=80, cpu_memory_gib=2048)
 
     def plan_cold():
         _shape_of.cache_clear()  # count the meta-device build every time
-        return make_plan(cfg, gpus=8, gpu_memory_gib=80, cpu_memory_gib=2048)
+        return make_plan(cfg)
 
     # one warm-up round pays the one-off imports (transformers' Llama module, accelerate)
     decision = benchmark.pedantic(plan_cold, rounds=3, iterations=1, warmup_rounds=1)[2]

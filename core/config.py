@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shardlab.core.errors import UserError
 
@@ -40,21 +40,69 @@ class RunConfig(BaseModel):
     seq_len: int = Field(128, ge=8)
     """Tokens per training sequence."""
     lr: float = Field(1e-3, gt=0, lt=1)
-    """AdamW learning rate (constant)."""
+    """AdamW peak learning rate."""
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """After warm-up: keep lr, or decay it (cosine or linear) to min_lr_ratio x lr at max_steps."""
+    warmup_steps: int = Field(0, ge=0)
+    """Optimizer steps of linear warm-up from 0 to lr."""
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """Where a decaying schedule ends, as a fraction of lr."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    """AdamW beta1."""
+    adam_beta2: float = Field(0.95, ge=0, lt=1)
+    """AdamW beta2."""
+    adam_eps: float = Field(1e-8, gt=0, lt=1)
+    """AdamW epsilon."""
+    loss_scale_initial_power: int = Field(16, ge=0, le=64)
+    """16-mixed: initial loss scale 2**N (DeepSpeed initial_scale_power, GradScaler init_scale)."""
+    loss_scale_window: int = Field(1000, ge=1)
+    """16-mixed: overflow-free steps before the scale grows (DeepSpeed loss_scale_window, GradScaler growth_interval)."""
+    loss_scale_hysteresis: int = Field(2, ge=1)
+    """16-mixed, DeepSpeed only: overflows tolerated before the scale drops (GradScaler has no such knob)."""
+    loss_scale_min: float = Field(1.0, gt=0)
+    """16-mixed, DeepSpeed only: the scale never drops below this (GradScaler has no such knob)."""
+    metrics: Literal["none", "csv", "tensorboard", "both"] = "csv"
+    """Per-step metrics (loss, lr, step time, tokens/s) to OUTPUT/logs: CSV, TensorBoard, both or none."""
     grad_clip: float = Field(1.0, ge=0)
     """Clip gradients to this global norm; 0 turns clipping off."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them."""
     export: bool = True
     """Write and verify the consolidated Hugging Face folder hf/ at the end."""
+    deepspeed_config: Optional[str] = None
+    """Your ds_config.json: "auto" values filled from the run, checked against the flags; needs a zero* strategy."""
     grad_reduce_dtype: Literal["auto", "fp32", "bf16"] = "auto"
     """dtype gradients are reduced in across ranks; `auto` is each backend's own default."""
+    gpus: Optional[int] = Field(None, ge=0)
+    """Hardware to plan for: GPUs per node (default: those visible here)."""
+    gpu_memory_gib: Optional[float] = Field(None, gt=0, le=1024)
+    """Hardware to plan for: memory of one GPU in GiB (default: measured here)."""
+    cpu_memory_gib: Optional[float] = Field(None, gt=0, le=65536)
+    """Hardware to plan for: CPU memory of one node in GiB (default: measured here)."""
+    launcher: Literal["torchrun", "slurm"] = "torchrun"
+    """`recipe launch`: torchrun starts this node's processes; slurm runs one task per process under srun."""
+    node_rank: Optional[int] = Field(None, ge=0)
+    """`recipe launch`: this node's rank, 0 .. num-nodes - 1."""
+    master_addr: Optional[str] = None
+    """`recipe launch`: address of node 0, reachable from every node."""
+    master_port: Optional[int] = Field(None, ge=1, le=65535)
+    """`recipe launch`: a free TCP port on node 0, the same on every node."""
     seed: int = Field(42, ge=0)
     """Seed for the initial weights of a shipped config and the data order."""
     output: Optional[str] = None
     """Run folder for summary.json and hf/; default runs/STRATEGY."""
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> "RunConfig":
+        """Checks that involve two fields; each message names both."""
+        if self.node_rank is not None and self.node_rank >= self.num_nodes:
+            raise ValueError(f"--node-rank {self.node_rank}: must be in [0, {self.num_nodes}) for --num-nodes {self.num_nodes}")
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"--warmup-steps {self.warmup_steps} is more than --max-steps {self.max_steps}; "
+                             "lower the warm-up or train longer")
+        return self
 
     @field_validator("devices")
     @classmethod
@@ -69,7 +117,7 @@ def field_help(name: str) -> str:
 
 
 def _flag(loc: tuple[Any, ...]) -> str:
-    return "--" + str(loc[0]).replace("_", "-") if loc else "--config"
+    return "--" + str(loc[0]).replace("_", "-")
 
 
 def describe_errors(err: ValidationError) -> str:
@@ -79,6 +127,9 @@ def describe_errors(err: ValidationError) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; known: " + ", ".join(RunConfig.model_fields)
+        if not e["loc"]:  # a cross-field check: its message names both flags
+            parts.append(msg)
+            continue
         given = "" if e["type"] == "extra_forbidden" else f" (got {e.get('input')!r})"
         parts.append(f"{_flag(e['loc'])}: {msg}{given}")
     return "; ".join(parts)

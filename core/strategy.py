@@ -58,6 +58,7 @@ class RunContext:
     micro_batch_size: int
     grad_reduce_dtype: str = "auto"  # "auto" (the backend's own default), "fp32" or "bf16"
     activation_checkpointing: bool = False
+    loss_scale: tuple[int, int, int, float] = (16, 1000, 2, 1.0)  # 16-mixed: initial power, window, hysteresis, min
 
     @property
     def world_size(self) -> int:
@@ -86,12 +87,22 @@ def dtype_name(precision: str, part: str) -> str:
     return half if precision.endswith("-true") else "fp32"
 
 
+def grad_scaler_kwargs(ctx: RunContext) -> dict[str, Any]:
+    """The run's fp16 loss-scale knobs in torch.amp.GradScaler's terms (it has no hysteresis or minimum)."""
+    power, window = ctx.loss_scale[:2]
+    return {"init_scale": 2.0**power, "growth_interval": window}
+
+
 @dataclass(frozen=True)
 class OptimizerSpec:
     """AdamW hyper-parameters; every strategy builds an optimizer that follows them."""
 
     lr: float
     weight_decay: float = 0.0
+    schedule: str = "constant"  # after warm-up: constant, cosine or linear decay
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    total_steps: int = 1
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
 
@@ -117,23 +128,40 @@ class Strategy(ABC):
     description: str = ""
     capabilities: Capabilities = Capabilities()
 
+    #: Which fp16 loss-scale knobs the backend honours; the others must stay at their defaults.
+    loss_scale_knobs: tuple[str, ...] = ("initial_power", "window")
+
     def check(self, ctx: RunContext) -> None:
         """Raise ``UserError`` for a combination this backend cannot run correctly (called before any process starts)."""
-        if ctx.precision not in self.capabilities.precisions:
-            from shardlab.core.errors import UserError
+        from shardlab.core.errors import UserError
 
+        if ctx.precision not in self.capabilities.precisions:
             raise UserError(
                 f"--precision {ctx.precision}: strategy '{self.name}' supports "
                 f"{', '.join(self.capabilities.precisions)}; pick one of those or another strategy"
             )
+        defaults = RunContext.__dataclass_fields__["loss_scale"].default
+        for i, knob in enumerate(("initial_power", "window", "hysteresis", "min")):
+            if ctx.loss_scale[i] != defaults[i] and knob not in self.loss_scale_knobs:
+                raise UserError(f"--loss-scale-{knob.replace('_', '-')} {ctx.loss_scale[i]}: strategy '{self.name}' "
+                                f"scales fp16 losses with torch's GradScaler, which has no such knob; use a zero* strategy")
 
     @abstractmethod
     def lightning_strategy(self, ctx: RunContext) -> "pl.strategies.Strategy":
         """The Lightning strategy object the Trainer runs with."""
 
     def trainer_kwargs(self, ctx: RunContext) -> dict[str, Any]:
-        """Extra Trainer arguments (precision, clipping) this backend needs; defaults pass them through."""
-        return {"precision": ctx.precision, "gradient_clip_val": ctx.grad_clip or None}
+        """Extra Trainer arguments (precision, clipping) this backend needs; defaults pass them through.
+
+        16-mixed gets torch's GradScaler with the run's initial scale and growth interval.
+        """
+        kwargs: dict[str, Any] = {"gradient_clip_val": ctx.grad_clip or None}
+        if ctx.precision == "16-mixed":
+            from lightning.pytorch.plugins import MixedPrecision
+
+            scaler = torch.amp.GradScaler("cuda", **grad_scaler_kwargs(ctx))
+            return {**kwargs, "plugins": [MixedPrecision("16-mixed", "cuda", scaler=scaler)]}
+        return {**kwargs, "precision": ctx.precision}
 
     def build_model(self, source: ModelSource, module: "pl.LightningModule") -> torch.nn.Module:
         """Called inside ``configure_model``: materialise the model with the initial weights (and shard it)."""
@@ -161,6 +189,23 @@ class Strategy(ABC):
         selector never picks it.
         """
         return None
+
+    def use_native_config(self, config: dict[str, Any], name: str, ctx: RunContext, spec: OptimizerSpec,
+                          hidden_size: int) -> tuple[dict[str, Any], list[str]]:
+        """Run with the user's own config file for this backend (`--deepspeed-config`).
+
+        Returns run fields the file changes (e.g. activation_checkpointing) and warnings to show.
+        """
+        from shardlab.core.errors import UserError
+
+        raise UserError(f"--deepspeed-config {name}: needs a DeepSpeed strategy (zero2, zero3, ...); "
+                        f"--strategy {self.name} is not one")
+
+    def external_config(self, fmt: str, ctx: RunContext, spec: OptimizerSpec) -> dict[str, Any]:
+        """This run as a config of another tool (`deepspeed` JSON, `accelerate` YAML), for `recipe export-config`."""
+        from shardlab.core.errors import UserError
+
+        raise UserError(f"--format {fmt}: strategy '{self.name}' has no {fmt} form; try --format accelerate")
 
     @abstractmethod
     def precision_plan(self, ctx: RunContext) -> PrecisionPlan:

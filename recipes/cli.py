@@ -54,6 +54,28 @@ def _launch(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _export_parser(p: argparse.ArgumentParser) -> None:
+    from shardlab.recipes.export_config import add_export_arguments
+
+    add_export_arguments(p)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from shardlab.recipes.export_config import main
+
+    return main(args)
+
+
+def _doctor_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from shardlab.recipes.doctor import main
+
+    return main(args)
+
+
 def _run(args: argparse.Namespace) -> int:
     from shardlab.recipes.run import main
 
@@ -69,9 +91,11 @@ def _strategies(args: argparse.Namespace) -> int:
 # name -> (help, add arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable[[argparse.Namespace], int]]] = {
     "run": ("train the Llama recipe under one strategy", _run_parser, _run),
+    "export-config": ("write the DeepSpeed JSON or Accelerate YAML that reproduces a run", _export_parser, _export),
     "launch": ("start one run across nodes through torchrun or SLURM, after validating it", _launch_parser, _launch),
     "plan": ("estimate memory per strategy on given hardware and choose one, with reasons", _plan_parser, _plan),
     "compare": ("run several strategies from the same weights and batches; report parity", _compare_parser, _compare),
+    "doctor": ("versions, which strategies run here, DeepSpeed ops, known-bad version combinations", _doctor_parser, _doctor),
     "strategies": ("list the registered strategy presets", _strategies_parser, _strategies),
 }
 

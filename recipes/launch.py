@@ -19,18 +19,18 @@ from shardlab.core.errors import UserError
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     from shardlab.recipes.run import add_run_arguments
 
-    parser.add_argument("--launcher", choices=["torchrun", "slurm"], default="torchrun",
-                        help="torchrun: start this node's processes; slurm: run under srun (Lightning reads SLURM_*)")
-    parser.add_argument("--node-rank", type=int, help="this node's rank, 0 .. num-nodes - 1 (torchrun)")
-    parser.add_argument("--master-addr", help="address of node 0, reachable from every node (default 127.0.0.1 on one node)")
-    parser.add_argument("--master-port", type=int, help="a free TCP port on node 0, the same on every node")
     parser.add_argument("--print", dest="print_only", action="store_true", help="print every node's command and exit")
     add_run_arguments(parser)
+
+
+LAUNCH_FIELDS = ("launcher", "node_rank", "master_addr", "master_port")
 
 
 def _run_argv(overrides: dict[str, Any], config: str | None) -> list[str]:
     argv = ["--config", config] if config else []
     for name, value in overrides.items():
+        if name in LAUNCH_FIELDS:  # torchrun takes these; `recipe run` reads the environment it sets
+            continue
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
@@ -44,36 +44,31 @@ def validate(cfg: RunConfig, args: argparse.Namespace) -> list[str]:
     problems = []
     if cfg.devices == "auto":
         problems.append("--devices: give the processes per node (GPUs per node, or CPU processes)")
-    if args.master_port is None:
+    if cfg.master_port is None:
         problems.append("--master-port: give a free TCP port on node 0, the same on every node")
-    elif not 1 <= args.master_port <= 65535:
-        problems.append(f"--master-port {args.master_port}: a port is 1..65535")
-    if cfg.num_nodes > 1 and not args.master_addr:
+    if cfg.num_nodes > 1 and not cfg.master_addr:
         problems.append("--master-addr: give the address of node 0 (every node must reach it)")
-    if not args.print_only and args.launcher == "torchrun":
-        if args.node_rank is None:
-            problems.append(f"--node-rank: give this node's rank, 0..{cfg.num_nodes - 1}")
-        elif not 0 <= args.node_rank < cfg.num_nodes:
-            problems.append(f"--node-rank {args.node_rank}: must be in [0, {cfg.num_nodes}) for --num-nodes {cfg.num_nodes}")
+    if not args.print_only and cfg.launcher == "torchrun" and cfg.node_rank is None:
+        problems.append(f"--node-rank: give this node's rank, 0..{cfg.num_nodes - 1}")
     if cfg.devices != "auto":
         world = cfg.num_nodes * cfg.devices
-        env_world = os.environ.get("WORLD_SIZE") if args.launcher == "torchrun" else os.environ.get("SLURM_NTASKS")
+        env_world = os.environ.get("WORLD_SIZE") if cfg.launcher == "torchrun" else os.environ.get("SLURM_NTASKS")
         if env_world and int(env_world) != world:
             problems.append(f"--num-nodes {cfg.num_nodes} x --devices {cfg.devices} = {world} processes, but the "
-                            f"environment says {env_world} ({'WORLD_SIZE' if args.launcher == 'torchrun' else 'SLURM_NTASKS'})")
-        if args.launcher == "slurm" and os.environ.get("SLURM_NNODES") and int(os.environ["SLURM_NNODES"]) != cfg.num_nodes:
+                            f"environment says {env_world} ({'WORLD_SIZE' if cfg.launcher == 'torchrun' else 'SLURM_NTASKS'})")
+        if cfg.launcher == "slurm" and os.environ.get("SLURM_NNODES") and int(os.environ["SLURM_NNODES"]) != cfg.num_nodes:
             problems.append(f"--num-nodes {cfg.num_nodes}: SLURM_NNODES is {os.environ['SLURM_NNODES']}")
     return problems
 
 
-def commands(cfg: RunConfig, args: argparse.Namespace, run_argv: list[str]) -> dict[str, list[list[str]]]:
-    addr = args.master_addr or "127.0.0.1"
+def commands(cfg: RunConfig, run_argv: list[str]) -> dict[str, list[list[str]]]:
+    addr = cfg.master_addr or "127.0.0.1"
     torchrun = [["torchrun", "--nnodes", str(cfg.num_nodes), "--node-rank", str(r), "--nproc-per-node", str(cfg.devices),
-                 "--master-addr", addr, "--master-port", str(args.master_port), "-m", "shardlab.recipes.cli", "run", *run_argv]
+                 "--master-addr", addr, "--master-port", str(cfg.master_port), "-m", "shardlab.recipes.cli", "run", *run_argv]
                 for r in range(cfg.num_nodes)]
     accelerate = [["accelerate", "launch", "--num_machines", str(cfg.num_nodes), "--machine_rank", str(r),
                    "--num_processes", str(cfg.num_nodes * cfg.devices), "--main_process_ip", addr,
-                   "--main_process_port", str(args.master_port), "--module", "shardlab.recipes.cli", "run", *run_argv]
+                   "--main_process_port", str(cfg.master_port), "--module", "shardlab.recipes.cli", "run", *run_argv]
                   for r in range(cfg.num_nodes)]
     srun = [["srun", "--nodes", str(cfg.num_nodes), "--ntasks-per-node", str(cfg.devices), "recipe", "run", *run_argv]]
     return {"torchrun": torchrun, "accelerate": accelerate, "slurm": srun}
@@ -89,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     from shardlab.recipes.run import prepare
 
     prepare(cfg)  # the same checks `recipe run` makes, before any process starts
-    forms = commands(cfg, args, run_argv)
+    forms = commands(cfg, run_argv)
     if args.print_only:
         for form in ("torchrun", "accelerate"):
             print(f"# {form}")
@@ -98,8 +93,8 @@ def main(args: argparse.Namespace) -> int:
         print("# slurm (one line, from the batch script)")
         print(shlex.join(forms["slurm"][0]))
         return 0
-    if args.launcher == "slurm":
+    if cfg.launcher == "slurm":
         cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", *run_argv]  # srun started one task per process
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", *forms["torchrun"][args.node_rank][1:]]
+        cmd = [sys.executable, "-m", "torch.distributed.run", *forms["torchrun"][cfg.node_rank][1:]]
     return subprocess.call(cmd)

@@ -33,12 +33,17 @@ class StepRecorder(pl.Callback):
         self.peaks: list[int] = []
         self._micro: list[torch.Tensor] = []
         self._t0 = 0.0
+        self._lr = 0.0
 
     def on_train_start(self, trainer, pl_module) -> None:
         if pl_module.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(pl_module.device)
         _sync(pl_module.device)
         self._t0 = time.perf_counter()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if not self._micro:  # first micro-batch of an optimizer step: the lr this step uses
+            self._lr = trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._micro.append(pl_module.last_loss.float())
@@ -52,6 +57,11 @@ class StepRecorder(pl.Callback):
         self.step_s.append(now - self._t0)
         self._t0 = now
         self.losses.append(float(loss))
+        tokens = pl_module.ctx.micro_batch_size * batch.shape[-1] * pl_module.ctx.grad_accum * pl_module.ctx.world_size
+        metrics = {"loss": self.losses[-1], "lr": self._lr,
+                   "step_s": self.step_s[-1], "tokens_per_s": tokens / self.step_s[-1]}
+        for logger in trainer.loggers:  # rank-zero-only loggers: CSV and TensorBoard under OUTPUT/logs
+            logger.log_metrics(metrics, step=len(self.losses))
         if not math.isfinite(self.losses[-1]):  # every rank sees the same reduced loss: all stop together
             raise RunFailed(
                 f"training diverged: loss is {self.losses[-1]} at step {len(self.losses)} under strategy "

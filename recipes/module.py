@@ -1,6 +1,7 @@
 """The Llama LightningModule: one training step for every strategy, through the Strategy interface only."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import lightning.pytorch as pl
@@ -33,5 +34,20 @@ class LlamaModule(pl.LightningModule):
         if gradient_clip_val:
             self.strategy.clip_gradients(self.model, gradient_clip_val)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.strategy.optimizer(self.model.parameters(), self.optim, self.ctx)
+    def configure_optimizers(self):
+        optimizer = self.strategy.optimizer(self.model.parameters(), self.optim, self.ctx)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(self.optim))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def lr_factor(spec: OptimizerSpec):
+    """Multiplier of the peak lr at optimizer step i (0-based): linear warm-up, then constant or decay."""
+    def factor(i: int) -> float:
+        if i < spec.warmup_steps:
+            return (i + 1) / (spec.warmup_steps + 1)
+        if spec.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (i - spec.warmup_steps) / max(1, spec.total_steps - spec.warmup_steps))
+        shape = 0.5 * (1 + math.cos(math.pi * progress)) if spec.schedule == "cosine" else 1 - progress
+        return spec.min_lr_ratio + (1 - spec.min_lr_ratio) * shape
+    return factor

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Optional
 
 from shardlab.core import memory, registry, selector
 from shardlab.core.config import RunConfig, load_config
@@ -16,10 +15,9 @@ from shardlab.recipes.model import model_config
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     from shardlab.recipes.run import add_run_arguments
 
-    parser.add_argument("--gpus", type=int, help="GPUs per node to plan for (default: those visible here)")
-    parser.add_argument("--gpu-memory-gib", type=float, help="memory of one GPU in GiB (default: measured here)")
-    parser.add_argument("--cpu-memory-gib", type=float, help="CPU memory of one node in GiB (default: measured here)")
     parser.add_argument("--json", action="store_true", help="print one JSON object: choice, reasons, strategies")
+    parser.add_argument("--show-config", action="store_true",
+                        help="print the run's config with every default and `auto` resolved, as YAML")
     add_run_arguments(parser)
 
 
@@ -30,9 +28,9 @@ def workload(cfg: RunConfig, hw: Hardware, precision: str) -> memory.Workload:
                            gpus_per_node=per_node, num_nodes=hw.num_nodes)
 
 
-def make_plan(cfg: RunConfig, gpus: Optional[int] = None, gpu_memory_gib: Optional[float] = None,
-              cpu_memory_gib: Optional[float] = None) -> tuple[Hardware, memory.Workload, selector.Decision]:
+def make_plan(cfg: RunConfig) -> tuple[Hardware, memory.Workload, selector.Decision]:
     """Hardware, workload and the decision, from config only: no weights are built or loaded."""
+    gpus, gpu_memory_gib, cpu_memory_gib = cfg.gpus, cfg.gpu_memory_gib, cfg.cpu_memory_gib
     if cfg.accelerator == "gpu" and gpus == 0:
         raise UserError("--gpus 0: a GPU run needs at least one GPU; use --accelerator cpu to plan a CPU run")
     if gpus is None and cfg.devices != "auto" and cfg.accelerator != "cpu":
@@ -59,10 +57,19 @@ def make_plan(cfg: RunConfig, gpus: Optional[int] = None, gpu_memory_gib: Option
 def main(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
     cfg = load_config(getattr(args, "config", None), overrides)
-    hw, work, decision = make_plan(cfg, args.gpus, args.gpu_memory_gib, args.cpu_memory_gib)
+    hw, work, decision = make_plan(cfg)
     rows = [{"name": r.name, "gpu_bytes": r.estimate.gpu_bytes if r.estimate else None,
              "cpu_bytes": r.estimate.cpu_bytes if r.estimate else None, "fits": r.fits, "source": r.source,
              "parts": r.estimate.parts if r.estimate else None} for r in decision.rows]
+    if args.show_config:
+        import yaml
+
+        resolved = cfg.model_copy(update={
+            "strategy": decision.choice, "offload": None, "accelerator": hw.accelerator, "devices": work.gpus_per_node,
+            "precision": work.precision, "output": cfg.output or f"runs/{decision.choice}"})
+        print(f"# resolved for {hw.describe()}; `strategy` is the selector's choice when it was auto")
+        print(yaml.safe_dump(resolved.model_dump(), sort_keys=False), end="")
+        return 0
     if args.json:
         print(json.dumps({"choice": decision.choice, "reasons": decision.reasons, "strategies": rows,
                           "hardware": hw.model_dump(), "workload": vars(work)}, indent=2))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -34,24 +35,63 @@ def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_)
 
 
-def resolve(cfg: RunConfig) -> RunConfig:
-    """Fill every `auto` from the hardware, visibly (the resolved config is printed and saved)."""
+def resolve(cfg: RunConfig, elsewhere: bool = False) -> RunConfig:
+    """Fill every `auto` from the hardware, visibly (the resolved config is printed and saved).
+
+    elsewhere=True resolves for a machine that is not this one (export-config): GPUs need not be visible.
+    """
     gpus = torch.cuda.device_count()
-    if cfg.accelerator == "gpu" and gpus == 0:
+    if cfg.accelerator == "gpu" and gpus == 0 and not elsewhere:
         raise UserError("--accelerator gpu: no CUDA GPU is visible here; use --accelerator cpu")
     accelerator = cfg.accelerator if cfg.accelerator != "auto" else ("gpu" if gpus else "cpu")
+    if cfg.devices == "auto" and accelerator == "gpu" and gpus == 0:
+        raise UserError("--devices: no GPU visible here to count; give the GPUs per node")
     devices = cfg.devices if cfg.devices != "auto" else (gpus if accelerator == "gpu" else 2)
-    if accelerator == "gpu" and devices > gpus:
+    if accelerator == "gpu" and devices > gpus and not elsewhere:
         raise UserError(f"--devices {devices}: only {gpus} GPU(s) visible; use --devices {gpus} or fewer")
+    bf16 = torch.cuda.is_bf16_supported() if gpus else elsewhere
     precision = cfg.precision
     if precision == "auto":
-        precision = "bf16-mixed" if accelerator == "gpu" and torch.cuda.is_bf16_supported() else "32-true"
+        precision = "bf16-mixed" if accelerator == "gpu" and bf16 else "32-true"
     if accelerator == "cpu" and precision.startswith("16"):
         raise UserError(f"--precision {precision}: fp16 training needs a GPU; on CPU use 32-true or bf16-mixed")
-    if accelerator == "gpu" and precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
+    if accelerator == "gpu" and precision.startswith("bf16") and not bf16:
         raise UserError(f"--precision {precision}: this GPU has no bf16; use 16-mixed or 32-true")
     output = cfg.output or f"runs/{cfg.strategy}"  # after `auto` became a preset name
     return cfg.model_copy(update=dict(accelerator=accelerator, devices=devices, precision=precision, output=output))
+
+
+def build_context(cfg: RunConfig, elsewhere: bool = False):
+    """Resolved config, preset, strategy and RunContext; the strategy has refused what it cannot run."""
+    preset = registry.with_offload(registry.get(cfg.strategy), cfg.offload)
+    cfg = resolve(cfg, elsewhere)
+    ctx = RunContext(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
+                     precision=cfg.precision, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip,
+                     micro_batch_size=cfg.micro_batch_size, grad_reduce_dtype=cfg.grad_reduce_dtype,
+                     activation_checkpointing=cfg.activation_checkpointing,
+                     loss_scale=(cfg.loss_scale_initial_power, cfg.loss_scale_window, cfg.loss_scale_hysteresis,
+                                 cfg.loss_scale_min))
+    strategy = preset.build()
+    if ctx.accelerator == "cpu" and not strategy.capabilities.cpu:
+        raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
+    if cfg.deepspeed_config:
+        from shardlab.core import ds_config
+        from shardlab.recipes.model import model_config
+
+        changes, warnings = strategy.use_native_config(ds_config.load(cfg.deepspeed_config), cfg.deepspeed_config, ctx,
+                                                       optimizer_spec(cfg), model_config(cfg.model).hidden_size)
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            ds_config.warn(warnings)
+        cfg = cfg.model_copy(update=changes)
+        ctx = dataclasses.replace(ctx, **{k: v for k, v in changes.items() if hasattr(ctx, k)})
+    strategy.check(ctx)
+    return cfg, preset, strategy, ctx
+
+
+def optimizer_spec(cfg: RunConfig) -> OptimizerSpec:
+    return OptimizerSpec(lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                         eps=cfg.adam_eps, schedule=cfg.lr_schedule, warmup_steps=cfg.warmup_steps,
+                         min_lr_ratio=cfg.min_lr_ratio, total_steps=cfg.max_steps)
 
 
 def prepare(cfg: RunConfig) -> dict[str, Any]:
@@ -62,16 +102,7 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
 
         decision = make_plan(cfg)[2]
         cfg = cfg.model_copy(update={"strategy": decision.choice, "offload": None})
-    preset = registry.with_offload(registry.get(cfg.strategy), cfg.offload)
-    cfg = resolve(cfg)
-    ctx = RunContext(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
-                     precision=cfg.precision, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip,
-                     micro_batch_size=cfg.micro_batch_size, grad_reduce_dtype=cfg.grad_reduce_dtype,
-                     activation_checkpointing=cfg.activation_checkpointing)
-    strategy = preset.build()
-    if ctx.accelerator == "cpu" and not strategy.capabilities.cpu:
-        raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
-    strategy.check(ctx)
+    cfg, preset, strategy, ctx = build_context(cfg)
     texts = data_lib.read_texts(cfg.data)  # before building weights: cheap failures first
     folder = initial_folder(cfg.model, cfg.seed)
     from transformers import AutoConfig, AutoTokenizer
@@ -104,15 +135,14 @@ def train(p: dict[str, Any]) -> dict[str, Any] | None:
     ctx: RunContext = p["ctx"]
     output = Path(cfg.output)
     pl.seed_everything(cfg.seed, verbose=False)
-    module = LlamaModule(model_source(p["folder"]), p["strategy"], ctx,
-                         OptimizerSpec(lr=cfg.lr, weight_decay=cfg.weight_decay))
+    module = LlamaModule(model_source(p["folder"]), p["strategy"], ctx, optimizer_spec(cfg))
     recorder = StepRecorder()
     export = HFExport(str(p["folder"]), output, probe=p["blocks"][:2], precision=ctx.precision) if cfg.export else None
     trainer = pl.Trainer(
         accelerator=ctx.accelerator, devices=ctx.devices, num_nodes=ctx.num_nodes,
         strategy=p["strategy"].lightning_strategy(ctx), max_steps=cfg.max_steps,
         accumulate_grad_batches=cfg.grad_accum, use_distributed_sampler=False,  # our sampler: same order for all
-        logger=False, enable_checkpointing=False, enable_model_summary=False, default_root_dir=str(output),
+        logger=_loggers(cfg.metrics, output), enable_checkpointing=False, enable_model_summary=False, default_root_dir=str(output),
         callbacks=[recorder] + ([export] if export else []), **p["strategy"].trainer_kwargs(ctx),
     )
     t0 = time.perf_counter()
@@ -135,6 +165,17 @@ def train(p: dict[str, Any]) -> dict[str, Any] | None:
         return None
     write_json_atomic(output / "summary.json", summary)
     return summary
+
+
+def _loggers(kind: str, output: Path) -> list:
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    loggers = []
+    if kind in ("csv", "both"):
+        loggers.append(CSVLogger(output, name="logs", version="csv"))
+    if kind in ("tensorboard", "both"):
+        loggers.append(TensorBoardLogger(output, name="logs", version="tensorboard", default_hp_metric=False))
+    return loggers or False
 
 
 def _estimate_dict(e) -> dict | None:

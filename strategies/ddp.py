@@ -8,6 +8,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from shardlab.core.registry import Preset, register
 from shardlab.core import memory
+from shardlab.core.external import accelerate_base
 from shardlab.core.errors import UserError
 from shardlab.core.strategy import Capabilities, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero, process_group_backend, to_cpu_fp32
@@ -28,6 +29,11 @@ class DDP(Strategy):
         storage = dtype_name(ctx.precision, "storage")  # DDP all-reduces the gradients in the parameters' dtype
         return PrecisionPlan(compute=dtype_name(ctx.precision, "compute"), master=storage,
                              grad_reduce=storage, optimizer_states=storage)
+
+    def external_config(self, fmt: str, ctx: RunContext, spec) -> dict:
+        if fmt != "accelerate":
+            return super().external_config(fmt, ctx, spec)
+        return accelerate_base(ctx, "MULTI_GPU" if ctx.accelerator == "gpu" else "MULTI_CPU")
 
     def model_state_bytes(self, shape, work):
         return memory.ddp_states(shape.params, work)

@@ -11,6 +11,7 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 from lightning.fabric.utilities.seed import reset_seed
 
 from shardlab.core import memory
+from shardlab.core.external import accelerate_base
 from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero, process_group_backend
@@ -61,8 +62,25 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
 
 
 class ZeRO(Strategy):
+    loss_scale_knobs = ("initial_power", "window", "hysteresis", "min")
+
     def __init__(self, stage: int, offload: str = "none", overlap_comm: bool = False) -> None:
         self.stage, self.offload, self.overlap_comm = stage, offload, overlap_comm
+        self.user_config: Optional[dict[str, Any]] = None
+
+    def use_native_config(self, config, name, ctx, spec, hidden_size):
+        from shardlab.core import ds_config
+
+        run = dict(micro_batch_size=ctx.micro_batch_size, grad_accum=ctx.grad_accum, world_size=ctx.world_size,
+                   grad_clip=ctx.grad_clip, precision=ctx.precision, stage=self.stage, offload=self.offload,
+                   lr=spec.lr, weight_decay=spec.weight_decay, hidden_size=hidden_size)
+        filled, changes, warnings = ds_config.reconcile(config, run, name)
+        for section in ("optimizer", "scheduler"):  # shardlab builds AdamW (constant lr) from the checked values
+            if filled.pop(section, None) is not None:
+                warnings.append(f"{name}: the '{section}' section was checked against the flags; shardlab builds it")
+        filled.pop("gradient_accumulation_steps", None)  # Lightning sets it from --grad-accum (checked equal)
+        self.user_config = filled
+        return changes, warnings
 
     def ds_config(self, ctx: RunContext) -> dict[str, Any]:
         """The DeepSpeed JSON config this preset runs with (Lightning adds the precision section)."""
@@ -74,7 +92,11 @@ class ZeRO(Strategy):
             zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
         if self.stage == 3:
             zero["stage3_gather_16bit_weights_on_model_save"] = True
-        extra = {"communication_data_type": ctx.grad_reduce_dtype} if ctx.grad_reduce_dtype != "auto" else {}
+        extra: dict[str, Any] = {"communication_data_type": ctx.grad_reduce_dtype} if ctx.grad_reduce_dtype != "auto" else {}
+        if ctx.precision == "16-mixed":  # dynamic loss scaling with the run's knobs (Lightning keeps a given fp16 section)
+            power, window, hysteresis, minimum = ctx.loss_scale
+            extra["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": power,
+                             "loss_scale_window": window, "hysteresis": hysteresis, "min_loss_scale": minimum}
         return {
             **extra,
             "zero_optimization": zero,
@@ -93,6 +115,32 @@ class ZeRO(Strategy):
         reduce = compute if ctx.grad_reduce_dtype == "auto" else ctx.grad_reduce_dtype
         return PrecisionPlan(compute=compute, master="fp32", grad_reduce=reduce, optimizer_states="fp32")
 
+    def external_config(self, fmt: str, ctx: RunContext, spec: OptimizerSpec) -> dict[str, Any]:
+        if fmt == "deepspeed":  # a complete ds_config.json: what Lightning adds (precision, accumulation) included
+            cfg = self.ds_config(ctx)
+            cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = self.stage == 3
+            cfg["gradient_accumulation_steps"] = ctx.grad_accum
+            cfg["train_batch_size"] = ctx.micro_batch_size * ctx.grad_accum * ctx.world_size
+            cfg["optimizer"] = {"type": "AdamW", "params": {"lr": spec.lr, "betas": list(spec.betas), "eps": spec.eps,
+                                                          "weight_decay": spec.weight_decay}}
+            if ctx.precision.startswith("bf16"):
+                cfg["bf16"] = {"enabled": True}
+            elif ctx.precision.startswith("16"):
+                cfg["fp16"] = {"enabled": True}
+            return cfg
+        if fmt == "accelerate":
+            return {**accelerate_base(ctx, "DEEPSPEED"), "deepspeed_config": {
+                "zero_stage": self.stage,
+                "offload_optimizer_device": "cpu" if self.offload != "none" else "none",
+                "offload_param_device": "cpu" if self.offload == "all" else "none",
+                "gradient_accumulation_steps": ctx.grad_accum,
+                "gradient_clipping": ctx.grad_clip,
+                "zero3_init_flag": self.stage == 3,
+                # without it ZeRO-3 saves partitioned shards that from_pretrained cannot load
+                "zero3_save_16bit_model": self.stage == 3,
+            }}
+        return super().external_config(fmt, ctx, spec)
+
     def model_state_bytes(self, shape, work):
         if self.stage == 2:
             return memory.zero2_states(shape.params, work, offload=self.offload != "none")
@@ -100,7 +148,11 @@ class ZeRO(Strategy):
                                    offload_optimizer=self.offload != "none", offload_params=self.offload == "all")
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
-        return _LightningDeepSpeed(config=self.ds_config(ctx), process_group_backend=process_group_backend(ctx))
+        config = self.ds_config(ctx)
+        if self.user_config is not None:  # the user's file wins where it says something (checked in use_native_config)
+            zero = {**config["zero_optimization"], **self.user_config.get("zero_optimization", {})}
+            config = {**config, **self.user_config, "zero_optimization": zero}
+        return _LightningDeepSpeed(config=config, process_group_backend=process_group_backend(ctx))
 
     def trainer_kwargs(self, ctx: RunContext) -> dict[str, Any]:
         return {"precision": ctx.precision}  # clipping lives in the DeepSpeed config

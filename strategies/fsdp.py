@@ -14,6 +14,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from shardlab.core import memory
+from shardlab.core.external import accelerate_base
 from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._cpu import is_rank_zero
@@ -67,6 +68,20 @@ class FSDP2(Strategy):
         compute, storage = dtype_name(ctx.precision, "compute"), dtype_name(ctx.precision, "storage")
         reduce = compute if ctx.grad_reduce_dtype == "auto" else ctx.grad_reduce_dtype
         return PrecisionPlan(compute=compute, master=storage, grad_reduce=reduce, optimizer_states=storage)
+
+    def external_config(self, fmt: str, ctx: RunContext, spec) -> dict[str, Any]:
+        if fmt != "accelerate":
+            return super().external_config(fmt, ctx, spec)
+        return {**accelerate_base(ctx, "FSDP"), "fsdp_config": {
+            "fsdp_version": 2,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_transformer_layer_cls_to_wrap": "LlamaDecoderLayer",
+            "fsdp_reshard_after_forward": self.reshard_after_forward,
+            "fsdp_offload_params": self.offload,
+            "fsdp_state_dict_type": "FULL_STATE_DICT",
+            "fsdp_cpu_ram_efficient_loading": False,
+            "fsdp_activation_checkpointing": ctx.activation_checkpointing,
+        }}
 
     def model_state_bytes(self, shape, work):
         return memory.fsdp_states(shape, work, offload=self.offload)

@@ -119,5 +119,8 @@ def test_in_process_registration_with_the_decorator():
     class InProcess(DDP):
         pass
 
-    preset = registry.get("ddp_inprocess_test")
-    assert preset.source == "in-process" and isinstance(preset.build(), InProcess)
+    try:
+        preset = registry.get("ddp_inprocess_test")
+        assert preset.source == "in-process" and isinstance(preset.build(), InProcess)
+    finally:
+        registry._PRESETS.pop("ddp_inprocess_test")  # leave the process's registry as the other tests expect

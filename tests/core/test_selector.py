@@ -9,9 +9,10 @@ from shardlab.recipes.plan import make_plan
 
 
 def plan(model, gpus, gib, nodes=1, cpu_gib=1024, **cfg):
-    c = RunConfig(model=model, accelerator="gpu", num_nodes=nodes, precision="bf16-mixed",
-                  micro_batch_size=cfg.pop("micro_batch_size", 1), seq_len=cfg.pop("seq_len", 2048), **cfg)
-    return make_plan(c, gpus=gpus, gpu_memory_gib=gib, cpu_memory_gib=cpu_gib)[2]
+    c = RunConfig(model=model, accelerator="gpu", num_nodes=nodes, precision="bf16-mixed", gpus=gpus,
+                  gpu_memory_gib=gib, cpu_memory_gib=cpu_gib, micro_batch_size=cfg.pop("micro_batch_size", 1),
+                  seq_len=cfg.pop("seq_len", 2048), **cfg)
+    return make_plan(c)[2]
 
 
 def test_7b_no_offload_on_8_gpus_is_fsdp():

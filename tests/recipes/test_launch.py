@@ -48,9 +48,9 @@ def test_print_shows_every_node_in_both_forms(recipe):
 
 @pytest.mark.parametrize("flags,env,expected", [
     (["--num-nodes", "2", "--node-rank", "2", "--master-port", "29500", "--master-addr", "h"], {}, "--node-rank 2: must be in [0, 2)"),
-    (["--num-nodes", "2", "--node-rank", "-1", "--master-port", "29500", "--master-addr", "h"], {}, "--node-rank -1"),
+    (["--num-nodes", "2", "--node-rank=-1", "--master-port", "29500", "--master-addr", "h"], {}, "--node-rank: Input should be greater than or equal to 0"),
     (["--num-nodes", "2", "--node-rank", "0", "--master-addr", "h"], {}, "--master-port: give a free TCP port"),
-    (["--num-nodes", "2", "--node-rank", "0", "--master-port", "70000", "--master-addr", "h"], {}, "a port is 1..65535"),
+    (["--num-nodes", "2", "--node-rank", "0", "--master-port", "70000", "--master-addr", "h"], {}, "--master-port: Input should be less than or equal to 65535"),
     (["--num-nodes", "2", "--node-rank", "0", "--master-port", "29500"], {}, "--master-addr"),
     (["--num-nodes", "2", "--node-rank", "0", "--master-port", "29500", "--master-addr", "h"], {"WORLD_SIZE": "3"},
      "= 2 processes, but the environment says 3"),

@@ -35,7 +35,7 @@ def test_run_auto_on_cpu_end_to_end(recipe, tmp_path):
 def test_plan_bad_inputs(recipe, tmp_path):
     cases = {
         "gpu run with no gpus": (["--accelerator", "gpu", "--gpus", "0"], "--gpus 0"),
-        "negative memory": (["--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "-80"], "--gpu-memory-gib"),
+        "negative memory": (["--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib=-80"], "--gpu-memory-gib"),
         "absurd memory": (["--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "80000000000"], "--gpu-memory-gib"),
         "absurd cpu memory": (["--cpu-memory-gib", "0"], "--cpu-memory-gib"),
         "unknown model config": (["--model", "llama-9000"], "--model llama-9000"),

@@ -6,6 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
@@ -62,8 +63,13 @@ def test_shipped_yaml_is_valid_and_shows_its_command(path):
     RunConfig(**yaml.safe_load(text))
 
 
-def test_shipped_cpu_yaml_runs(recipe, tmp_path):
-    path = next(p for p in _shipped_configs() if p.name == "tiny-cpu.yaml")
-    proc = recipe("run", "--config", path, "--max-steps", "2", "--output", tmp_path / "o")
+@pytest.mark.parametrize("path", _shipped_configs(), ids=lambda p: p.name)
+def test_every_shipped_yaml_runs_a_few_steps(recipe, tmp_path, path):
+    flags = ["--max-steps", "2", "--output", tmp_path / "o"]
+    if yaml.safe_load(path.read_text()).get("accelerator") == "gpu" and not torch.cuda.is_available():
+        # a GPU recipe on the CPU CI: same file and strategy, scaled to what CI has
+        flags += ["--accelerator", "cpu", "--devices", "2", "--model", "tiny", "--precision", "32-true",
+                  "--seq-len", "128", "--micro-batch-size", "2"]
+    proc = recipe("run", "--config", path, *flags)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(json.loads((tmp_path / "o" / "summary.json").read_text())["losses"]) == 2

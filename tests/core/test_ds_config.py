@@ -1,0 +1,54 @@
+"""A user's ds_config.json: autos filled, unknown keys named, contradictions refused, DeepSpeed validates."""
+from __future__ import annotations
+
+import pytest
+
+from shardlab.core import ds_config
+from shardlab.core.errors import UserError
+
+RUN = dict(micro_batch_size=4, grad_accum=2, world_size=8, grad_clip=1.0, precision="bf16-mixed", stage=3,
+           offload="none", lr=3e-4, weight_decay=0.1, hidden_size=4096)
+
+
+def test_auto_values_are_filled_from_the_run():
+    cfg = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+           "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                 "stage3_param_persistence_threshold": "auto"},
+           "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}}
+    filled, changes, warnings = ds_config.reconcile(cfg, RUN, "ds.json")
+    assert (filled["train_batch_size"], filled["train_micro_batch_size_per_gpu"], filled["gradient_accumulation_steps"]) == (64, 4, 2)
+    assert filled["bf16"]["enabled"] is True and filled["fp16"]["enabled"] is False and filled["gradient_clipping"] == 1.0
+    assert filled["zero_optimization"]["reduce_bucket_size"] == 4096 * 4096
+    assert filled["optimizer"]["params"] == {"lr": 3e-4, "weight_decay": 0.1}
+    assert not changes and not warnings
+
+
+def test_blog_keys_are_named_and_gradient_checkpointing_is_mapped():
+    cfg = {"zero_optimization": {"stage": 3}, "gradient_checkpointing": True, "flash_attention": True}
+    filled, changes, warnings = ds_config.reconcile(cfg, RUN, "ds.json")
+    assert changes == {"activation_checkpointing": True} and "gradient_checkpointing" not in filled
+    assert any("'flash_attention'" in w for w in warnings) and any("mapped to --activation-checkpointing on" in w for w in warnings)
+
+
+@pytest.mark.parametrize("cfg,expected", [
+    ({"train_micro_batch_size_per_gpu": 8}, "train_micro_batch_size_per_gpu is 8 in ds.json but --micro-batch-size gives 4"),
+    ({"zero_optimization": {"stage": 2}}, "zero_optimization.stage is 2 in ds.json but --strategy gives 3"),
+    ({"fp16": {"enabled": True}}, "fp16.enabled is True in ds.json but --precision"),
+    ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}, "offloads optimizer in ds.json"),
+    ({"train_batch_size": 48}, "train_batch_size is 48 in ds.json"),
+])
+def test_contradictions_name_both(cfg, expected):
+    with pytest.raises(UserError, match=expected.replace(".", r"\.").replace("(", r"\(")):
+        ds_config.reconcile(cfg, RUN, "ds.json")
+
+
+def test_deepspeed_rejects_a_bad_section():
+    with pytest.raises(UserError, match="DeepSpeed rejects ds.json"):
+        ds_config.reconcile({"zero_optimization": {"stage": 3, "bogus_knob": 1}}, RUN, "ds.json")
+
+
+def test_bad_json(tmp_path):
+    (tmp_path / "x.json").write_text("{nope")
+    with pytest.raises(UserError, match="not valid JSON"):
+        ds_config.load(str(tmp_path / "x.json"))

@@ -1,0 +1,41 @@
+"""--deepspeed-config end to end: a blog-style file, and export -> import giving the same run."""
+from __future__ import annotations
+
+import json
+
+from tests.conftest import rel_diff
+
+
+def test_export_then_import_gives_the_same_run(recipe, train, tmp_path):
+    cfg = tmp_path / "ds_config.json"
+    proc = recipe("export-config", "--format", "deepspeed", "--strategy", "zero3", "--accelerator", "cpu",
+                  "--devices", "2", "--output", cfg)
+    assert proc.returncode == 0, proc.stderr
+    proc = recipe("run", "--strategy", "zero3", "--accelerator", "cpu", "--devices", "2", "--max-steps", "6",
+                  "--deepspeed-config", cfg, "--output", tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["config"]["deepspeed_config"] == str(cfg)
+    assert rel_diff(s["losses"], train("zero3", "--max-steps", "6")["losses"]) < 1e-5
+
+
+def test_blog_config_with_autos_and_unknown_keys_runs_with_warnings(recipe, tmp_path):
+    cfg = tmp_path / "blog.json"
+    cfg.write_text(json.dumps({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                               "gradient_accumulation_steps": "auto", "gradient_checkpointing": True,
+                               "zero_optimization": {"stage": 3, "overlap_comm": True, "reduce_bucket_size": "auto"},
+                               "flash_attention": True}))
+    proc = recipe("run", "--strategy", "zero3", "--accelerator", "cpu", "--devices", "2", "--max-steps", "2",
+                  "--deepspeed-config", cfg, "--output", tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "'flash_attention'" in proc.stderr and "mapped to --activation-checkpointing on" in proc.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["config"]["activation_checkpointing"] is True
+
+
+def test_contradiction_and_wrong_strategy_are_refused(recipe, tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 16, "zero_optimization": {"stage": 3}}))
+    for flags, expected in ((["--strategy", "zero3"], "but --micro-batch-size gives 4"),
+                            (["--strategy", "fsdp"], "needs a DeepSpeed strategy")):
+        proc = recipe("run", "--accelerator", "cpu", "--deepspeed-config", cfg, "--output", tmp_path / "o", *flags)
+        assert proc.returncode == 2 and expected in proc.stderr and not (tmp_path / "o").exists(), proc.stderr
