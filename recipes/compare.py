@@ -19,7 +19,7 @@ from shardlab.core.errors import RunFailed, UserError
 from shardlab.recipes.run import add_run_arguments, prepare, write_json_atomic
 
 
-def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategies", required=True, help="comma-separated presets; the first is the reference")
     parser.add_argument("--no-align", action="store_true",
                         help="run each backend's default dtypes and flag every mismatch instead of aligning them")

@@ -99,6 +99,10 @@ def _deepspeed_ops() -> dict[str, bool]:
     return out
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
 def main(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout while it probes ops
         r = report()

@@ -12,7 +12,7 @@ from shardlab.core.config import RunConfig, load_config
 from shardlab.core.errors import UserError
 
 
-def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     from shardlab.recipes.run import add_run_arguments
 
     parser.add_argument("--format", required=True, choices=["deepspeed", "accelerate"],

@@ -16,7 +16,7 @@ from shardlab.core.config import RunConfig, load_config
 from shardlab.core.errors import UserError
 
 
-def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     from shardlab.recipes.run import add_run_arguments
 
     parser.add_argument("--print", dest="print_only", action="store_true", help="print every node's command and exit")

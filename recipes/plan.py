@@ -12,7 +12,7 @@ from shardlab.core.strategy import RunContext
 from shardlab.recipes.model import model_config
 
 
-def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     from shardlab.recipes.run import add_run_arguments
 
     parser.add_argument("--json", action="store_true", help="print one JSON object: choice, reasons, strategies")

@@ -35,6 +35,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+
+
 def resolve(cfg: RunConfig, elsewhere: bool = False) -> RunConfig:
     """Fill every `auto` from the hardware, visibly (the resolved config is printed and saved).
 

@@ -7,6 +7,10 @@ import json
 from shardlab.core import registry
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the registry as JSON")
+
+
 def main(args: argparse.Namespace) -> int:
     rows = [{"name": p.name, "family": p.family, "source": p.source, "description": p.description,
              "capabilities": p.capabilities.model_dump()} for p in registry.presets().values()]

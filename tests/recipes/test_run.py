@@ -27,7 +27,8 @@ def test_default_run_trains_and_exports(recipe, tmp_path):
     assert len(s["peak_memory_bytes"]) == 2 and s["tokens_per_s"] > 0
     model = AutoModelForCausalLM.from_pretrained(s["hf_export"])
     assert model.config.model_type == "llama"
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["hf", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["hf", "logs", "summary.json"]
+    assert len((tmp_path / "run" / "logs" / "csv" / "metrics.csv").read_text().splitlines()) == 51  # header + 50 steps
 
 
 def _llama_folder(path: Path) -> Path:
