@@ -215,5 +215,9 @@ class Strategy(ABC):
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         """Collective: every rank calls it; rank 0 gets the consolidated fp32 weights on CPU, others None."""
 
+    def why_not_here(self) -> Optional[str]:
+        """For `recipe doctor`: what this machine lacks for this backend (a package, a compiled op), or None."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "capabilities": self.capabilities.model_dump()}

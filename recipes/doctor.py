@@ -69,13 +69,7 @@ def report() -> dict[str, Any]:
     ops = _deepspeed_ops()
     strategies = {}
     for name, p in registry.presets().items():
-        caps, why = p.capabilities, None
-        if gpus == 0 and not caps.cpu:
-            why = "needs a GPU"
-        elif name.startswith("zero") and versions["deepspeed"] is None:
-            why = "deepspeed is not installed"
-        elif caps.offload != "none" and name.startswith("zero") and not ops.get("cpu_adam", False):
-            why = "DeepSpeedCPUAdam (cpu_adam) cannot build here"
+        why = "needs a GPU" if gpus == 0 and not p.capabilities.cpu else p.build().why_not_here()
         strategies[name] = {"runs_here": why is None, "why_not": why,
                             "where": f"{gpus} GPU(s) over NCCL" if gpus else "CPU processes over gloo"}
     bad = [{"problem": text, "affected": affected(versions), "shardlab": fix, "source": src}

@@ -27,8 +27,8 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
 
     Stock Lightning refuses CPU in `setup_environment`, validates CUDA device indices in
     `setup_distributed`, and passes `device_rank=root_device.index` (None on CPU) to DeepSpeed,
-    which then fails comparing None with an int. The first three overrides fix that; `backward`
-    fixes a numerics bug on every device (see there).
+    which then fails comparing None with an int. setup_environment, setup_distributed and
+    _setup_model_and_optimizer fix that; `backward` fixes a numerics bug on every device (see there).
     """
 
     def backward(self, closure_loss, optimizer, *args, **kwargs):  # type: ignore[override]
@@ -174,6 +174,16 @@ class ZeRO(Strategy):
 
         return DeepSpeedCPUAdam(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
                                 weight_decay=spec.weight_decay, adamw_mode=True)
+
+    def why_not_here(self) -> Optional[str]:
+        if self.offload == "none":
+            return None
+        try:  # ZeRO-Offload steps with DeepSpeedCPUAdam, compiled at first use
+            from deepspeed.ops.op_builder import CPUAdamBuilder
+
+            return None if CPUAdamBuilder().is_compatible(verbose=False) else "DeepSpeedCPUAdam (cpu_adam) cannot build here"
+        except Exception as e:
+            return f"DeepSpeedCPUAdam unavailable: {type(e).__name__}"
 
     def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
         pass  # DeepSpeed clips inside engine.step, from `gradient_clipping` in its config
