@@ -11,7 +11,7 @@ from shardlab.core import memory
 from shardlab.core.external import accelerate_base
 from shardlab.core.errors import UserError
 from shardlab.core.strategy import Capabilities, PrecisionPlan, RunContext, Strategy, dtype_name
-from shardlab.strategies._cpu import is_rank_zero, process_group_backend, to_cpu_fp32
+from shardlab.strategies._common import is_rank_zero, process_group_backend, to_cpu_fp32
 
 
 class DDP(Strategy):

@@ -14,7 +14,7 @@ from shardlab.core import memory
 from shardlab.core.external import accelerate_base
 from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
-from shardlab.strategies._cpu import is_rank_zero, process_group_backend
+from shardlab.strategies._common import is_rank_zero, process_group_backend
 
 
 # The recipe's configure_gradient_clipping defers to the Strategy, which for DeepSpeed does nothing:

@@ -17,7 +17,7 @@ from shardlab.core import memory
 from shardlab.core.external import accelerate_base
 from shardlab.core.registry import Preset, register
 from shardlab.core.strategy import Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
-from shardlab.strategies._cpu import is_rank_zero
+from shardlab.strategies._common import is_rank_zero
 
 class _OffloadingModelParallel(ModelParallelStrategy):
     """Lightning's ModelParallelStrategy moves the whole module to the GPU after `configure_model`;

@@ -1,4 +1,4 @@
-"""Helpers shared by the adapters: which process-group backend and device a run uses."""
+"""Helpers the adapters share: process-group backend, rank-zero test, fp32 CPU copies of a state dict."""
 from __future__ import annotations
 
 import torch
