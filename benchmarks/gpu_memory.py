@@ -4,7 +4,7 @@ Runs `recipe run --no-export --max-steps 3` for each (preset, micro-batch, activ
 a few lanes of processes side by side on the one GPU (each process's torch.cuda.max_memory_allocated
 is its own; lanes only share the device's capacity, which they stay well under).
 Usage (GPU machine, repo root, shardlab importable):
-    python3 benchmarks/gpu_memory.py --out OUT [--lanes 3] [--budget-s 400]
+    python3 benchmarks/gpu_memory.py --out OUT [--lanes 3] [--budget-s 400] [--jobs zero3:4:ac,ddp:8:noac,...]
 Writes OUT/memory.json and OUT/memory.md.
 """
 from __future__ import annotations
@@ -47,10 +47,13 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--lanes", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--jobs", help="only these points: PRESET:MICRO_BATCH:ac|noac, comma-separated")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(n, mb, ac) for mb, ac in SETTINGS for n in PRESETS]
+    if a.jobs:
+        jobs = [(p, int(mb), ac == "ac") for p, mb, ac in (j.split(":") for j in a.jobs.split(","))]
     rows: list[dict] = []
     lock, deadline = threading.Lock(), time.time() + a.budget_s
 

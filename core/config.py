@@ -69,6 +69,16 @@ class RunConfig(BaseModel):
     """Clip gradients to this global norm; 0 turns clipping off."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them."""
+    compile: Optional[bool] = None
+    """torch.compile each decoder layer; default: on for GPU runs of the strategies measured faster with it (ddp, fsdp)."""
+    chunked_loss: bool = False
+    """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
+    checkpoint_every: int = Field(0, ge=0)
+    """Write a checkpoint every N optimizer steps to OUTPUT/checkpoints/step-NNNNNN (0: never)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """How many of the newest checkpoints to keep."""
+    resume: Optional[str] = None
+    """Continue a run: `latest` (what `--resume` alone means: the newest under OUTPUT/checkpoints) or a step-NNNNNN folder."""
     export: bool = True
     """Write and verify the consolidated Hugging Face folder hf/ at the end."""
     deepspeed_config: Optional[str] = None

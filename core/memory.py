@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     from shardlab.core.strategy import Strategy
 
 GiB = 2**30
-# Allocations outside model states, activations and logits that max_memory_allocated still counts
-# (cuBLAS workspace, the loss's reduction buffers, allocator rounding). Set to 512 MiB, not measured on
-# its own: with it, the 23 points measured on one H200 (results/2026-12-02-memory-h200.md) fall within
-# -8.6% .. +8.6% of the estimate; isolating it is a measurement still to make.
+# Allocations outside model states, activations and logits that max_memory_allocated still counts under
+# DDP and DeepSpeed (cuBLAS workspace, the loss's reduction buffers, DeepSpeed's bucket buffers, allocator
+# rounding). Set to 512 MiB, not measured on its own: with it, the 24 DDP/ZeRO points measured on one
+# H200 (results/2026-12-02-memory-h200.md) fall within -7.1% .. +9.0%. FSDP2 has its own, measured (0).
 FIXED_OVERHEAD_BYTES = 512 * 2**20
 
 
@@ -46,6 +46,7 @@ class Workload:
     precision: str
     gpus_per_node: int
     num_nodes: int
+    chunked_loss: bool = False
 
     @property
     def world_size(self) -> int:
@@ -70,6 +71,8 @@ class ModelStates:
     runtime_buffers: int = 0
     """GPU buffers outside the backend's own model-state estimate (ZeRO-3 parameter offload fetches up to
     stage3_max_live_parameters parameters back to the GPU)."""
+    fixed_overhead: Optional[int] = None
+    """This backend's measured constant; None: FIXED_OVERHEAD_BYTES."""
 
 
 @dataclass
@@ -122,11 +125,16 @@ def activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
     return int(tokens * s.layers * per_layer)
 
 
+CHUNK_TOKENS = 4096  # recipes/loss.py's chunk
+
+
 def logits_bytes(s: Shape, w: Workload) -> int:
     """The logits and the loss's buffers: 16-bit logits, their fp32 upcast and log-softmax, fp32 gradient
-    (transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy): 2 + 4 + 4 bytes per value."""
+    (transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy): 2 + 4 + 4 bytes per value.
+    The chunked loss (recipes/loss.py) holds one chunk's worth at a time."""
     per_value = 12 if w.compute_bytes == 4 else 10
-    return int(w.micro_batch_size * w.seq_len * s.vocab * per_value)
+    tokens = w.micro_batch_size * w.seq_len
+    return int(min(tokens, CHUNK_TOKENS if w.chunked_loss else tokens) * s.vocab * per_value)
 
 
 def estimate(strategy: "Strategy", s: Shape, w: Workload) -> Optional[Estimate]:
@@ -136,9 +144,10 @@ def estimate(strategy: "Strategy", s: Shape, w: Workload) -> Optional[Estimate]:
         return None
     act, logits = activation_bytes(s, w, states.fp32_residual), logits_bytes(s, w)
     backward = states.gpu - states.step_only + act + logits
+    overhead = FIXED_OVERHEAD_BYTES if states.fixed_overhead is None else states.fixed_overhead
     parts = {"model_states": states.gpu, "runtime_buffers": states.runtime_buffers, "activations": act,
-             "logits": logits, "fixed_overhead": FIXED_OVERHEAD_BYTES, "peak_phase_backward": int(backward >= states.gpu)}
-    gpu = max(backward, states.gpu) + states.runtime_buffers + FIXED_OVERHEAD_BYTES
+             "logits": logits, "fixed_overhead": overhead, "peak_phase_backward": int(backward >= states.gpu)}
+    gpu = max(backward, states.gpu) + states.runtime_buffers + overhead
     return Estimate(gpu_bytes=gpu, cpu_bytes=states.cpu, parts=parts)
 
 
@@ -171,8 +180,10 @@ def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, off
         return ModelStates(gpu=largest_mem, cpu=int(n * 18 * node_factor * buffer_factor), runtime_buffers=live)
     if offload_optimizer:
         return ModelStates(gpu=largest_mem + int(2 * n / gpus), cpu=int(n * 16 * node_factor * buffer_factor))
-    return ModelStates(gpu=largest_mem + int(18 * n / gpus), cpu=int(largest * 4 * w.gpus_per_node * buffer_factor),
-                       step_only=int(4 * n / gpus))
+    # All 18 bytes are live through backward (unlike ZeRO-2's fp32 gradient partition, nothing waits for
+    # the step): on one H200, llama-1b with checkpointing, counting them in backward puts micro-batch 4
+    # and 8 at -3% and +2% of the measured peak, leaving 4n/gpus out put them at -17% and -9%.
+    return ModelStates(gpu=largest_mem + int(18 * n / gpus), cpu=int(largest * 4 * w.gpus_per_node * buffer_factor))
 
 
 def _master_bytes(w: Workload) -> int:
@@ -190,15 +201,19 @@ def ddp_states(n: int, w: Workload) -> ModelStates:
 
 
 def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
-    """FSDP2: master params, grads and Adam states sharded over the world (4 masters' worth of bytes);
-    unsharded compute-dtype copies of the root unit (embeddings, lm_head, final norm; FSDP keeps the
-    root gathered through the step) and two decoder layers (current + prefetched), and one layer's
-    unsharded gradients for the reduce-scatter. Offload moves the sharded part to CPU."""
+    """FSDP2: master params, grads and Adam states sharded over the world (4 masters' worth of bytes), and
+    the root unit (embeddings, lm_head, final norm) unsharded in the compute dtype: FSDP keeps the root
+    gathered from forward through backward, while each decoder layer is resharded after its forward, so
+    at the peak (the logits and the loss, end of forward / start of backward) no decoder layer is gathered.
+    Offload moves the sharded part to CPU.
+    Fixed overhead: measured 0. On one H200 (llama-1b, results/2026-12-02-memory-h200.md), the four
+    fsdp_offload points (micro-batch 4 and 8, checkpointing on and off) sit -105..+8 MiB from sharded
+    states + root + activations + logits, without the 512 MiB the other backends show."""
     m = _master_bytes(w)
     sharded = int(s.params * 4 * m / w.world_size)
     root = s.params - s.layers * s.decoder_layer_params
-    gathered = (root + 2 * s.decoder_layer_params) * w.compute_bytes + s.decoder_layer_params * 4
+    gathered = root * w.compute_bytes
     load = int(4 * s.params * w.gpus_per_node * 1.5)  # each rank loads the fp32 model on CPU first
     if offload:
-        return ModelStates(gpu=gathered, cpu=load + sharded * w.gpus_per_node)
-    return ModelStates(gpu=sharded + gathered, cpu=load)
+        return ModelStates(gpu=gathered, cpu=load + sharded * w.gpus_per_node, fixed_overhead=0)
+    return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0)

@@ -43,6 +43,10 @@ class Capabilities(BaseModel):
     """Can write a consolidated Hugging Face folder from a 16-bit run."""
     precisions: tuple[str, ...] = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
     """Lightning precision strings this preset accepts."""
+    compile: bool = True
+    """torch.compile of the decoder layers works under this backend."""
+    compile_by_default: bool = False
+    """Measured faster with torch.compile on a GPU: GPU runs compile unless the user says --no-compile."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class RunContext:
     grad_reduce_dtype: str = "auto"  # "auto" (the backend's own default), "fp32" or "bf16"
     activation_checkpointing: bool = False
     loss_scale: tuple[int, int, int, float] = (16, 1000, 2, 1.0)  # 16-mixed: initial power, window, hysteresis, min
+    compile: bool = False  # torch.compile each decoder layer's forward
+    chunked_loss: bool = False  # output projection + cross-entropy per chunk of tokens (recipes/loss.py)
 
     @property
     def world_size(self) -> int:
@@ -140,6 +146,8 @@ class Strategy(ABC):
                 f"--precision {ctx.precision}: strategy '{self.name}' supports "
                 f"{', '.join(self.capabilities.precisions)}; pick one of those or another strategy"
             )
+        if ctx.compile and not self.capabilities.compile:
+            raise UserError(f"--compile: strategy '{self.name}' does not run with torch.compile; use --no-compile")
         defaults = RunContext.__dataclass_fields__["loss_scale"].default
         for i, knob in enumerate(("initial_power", "window", "hysteresis", "min")):
             if ctx.loss_scale[i] != defaults[i] and knob not in self.loss_scale_knobs:

@@ -47,7 +47,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _module(args.command).main(args)
     except (UserError, RunFailed) as e:
         print(f"recipe: error: {e}", file=sys.stderr)
+        _record_in_rank(str(e))
         return e.exit_code
+    except BaseException as e:  # a crash: the traceback goes to stderr; the agent gets its last line
+        if not isinstance(e, (KeyboardInterrupt, SystemExit)):
+            _record_in_rank(f"{type(e).__name__}: {e}".splitlines()[0])
+        raise
+
+
+def _record_in_rank(message: str) -> None:
+    if "TORCHELASTIC_ERROR_FILE" in __import__("os").environ:
+        from shardlab.recipes.ranks import record_failure
+
+        record_failure(message)
 
 
 if __name__ == "__main__":

@@ -82,17 +82,46 @@ class Blocks(Dataset):
         return self.blocks[i]
 
 
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can start an epoch part-way (a resumed run skips what it already trained on)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.resume_at: Optional[tuple[int, int]] = None  # (epoch, samples of this rank already used)
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        if self.resume_at is not None and self.resume_at[0] == self.epoch:
+            indices = indices[self.resume_at[1]:]
+            self.resume_at = None
+        return iter(indices)
+
+
 class LlamaData(pl.LightningDataModule):
-    """Same seed, same world size -> the same global batches in the same order for every strategy."""
+    """Same seed, same world size -> the same global batches in the same order for every strategy.
+
+    Its state in a checkpoint is the data position (epoch, micro-batches done in it), so a resumed run
+    continues with the next batch instead of restarting the epoch (Lightning alone would restart it)."""
 
     def __init__(self, blocks: torch.Tensor, micro_batch_size: int, seed: int) -> None:
         super().__init__()
         self.dataset, self.micro_batch_size, self.seed = Blocks(blocks), micro_batch_size, seed
+        self._resume: Optional[dict] = None
 
     def train_dataloader(self) -> DataLoader:
-        sampler = DistributedSampler(self.dataset, num_replicas=self.trainer.world_size, rank=self.trainer.global_rank,
-                                     shuffle=True, seed=self.seed, drop_last=True)
+        sampler = ResumableSampler(self.dataset, num_replicas=self.trainer.world_size, rank=self.trainer.global_rank,
+                                   shuffle=True, seed=self.seed, drop_last=True)
+        if self._resume:
+            sampler.resume_at = (self._resume["epoch"], self._resume["batches_done"] * self.micro_batch_size)
         return DataLoader(self.dataset, batch_size=self.micro_batch_size, sampler=sampler, drop_last=True)
+
+    def state_dict(self) -> dict:
+        loop = self.trainer.fit_loop
+        return {"epoch": self.trainer.current_epoch,
+                "batches_done": loop.epoch_loop.batch_progress.current.processed}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._resume = state
 
 
 def check_enough(blocks: torch.Tensor, micro_batch_size: int, world_size: int, seq_len: int) -> None:

@@ -35,6 +35,12 @@ class StepRecorder(pl.Callback):
         self._t0 = 0.0
         self._lr = 0.0
 
+    def state_dict(self) -> dict:  # in every checkpoint: a resumed run reports every step's loss
+        return {"losses": list(self.losses), "step_s": list(self.step_s)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.losses, self.step_s = list(state["losses"]), list(state["step_s"])
+
     def on_train_start(self, trainer, pl_module) -> None:
         if pl_module.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(pl_module.device)

@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 import torch
 
 from shardlab.core.strategy import ModelSource, OptimizerSpec, RunContext, Strategy
+from shardlab.recipes.loss import causal_lm_loss, use_chunked_loss
 
 
 class LlamaModule(pl.LightningModule):
@@ -18,14 +19,20 @@ class LlamaModule(pl.LightningModule):
         self.last_loss: Optional[torch.Tensor] = None
 
     def configure_model(self) -> None:
-        if self.model is None:  # Lightning may call this more than once
-            self.model = self.strategy.build_model(self.source, self)
-            self.model.train()  # from_pretrained hands back eval mode
-            if self.ctx.activation_checkpointing:
-                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.model is not None:  # Lightning may call this more than once
+            return
+        model = self.strategy.build_model(self.source, self)
+        model.train()  # from_pretrained hands back eval mode
+        if self.ctx.activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.ctx.compile:
+            compile_layers(model)
+        if self.ctx.chunked_loss:
+            use_chunked_loss(model)
+        self.model = model
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        loss = self.model(input_ids=batch, labels=batch).loss
+        loss = causal_lm_loss(self.model, batch)
         self.last_loss = loss.detach()
         return loss
 
@@ -38,6 +45,16 @@ class LlamaModule(pl.LightningModule):
         optimizer = self.strategy.optimizer(self.model.parameters(), self.optim, self.ctx)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(self.optim))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def compile_layers(model: torch.nn.Module) -> None:
+    """torch.compile each decoder layer's forward, in place (after the strategy has sharded the model).
+
+    Only `forward` is compiled: the backends' module hooks (FSDP2's all-gather, ZeRO-3's parameter
+    fetch) stay outside the compiled region, and parameter names do not change (no `_orig_mod.`).
+    """
+    for layer in model.model.layers:
+        layer.forward = torch.compile(layer.forward)
 
 
 def lr_factor(spec: OptimizerSpec):

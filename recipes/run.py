@@ -7,13 +7,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from shardlab.core import memory, registry
 from shardlab.core.config import RunConfig, field_help, load_config
-from shardlab.core.errors import UserError
+from shardlab.core.errors import RunFailed, UserError
 from shardlab.core.strategy import OptimizerSpec, RunContext
 from shardlab.recipes import data as data_lib
 from shardlab.recipes.model import flops_per_token, initial_folder, model_source
@@ -29,7 +29,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             continue
         flag = "--" + name.replace("_", "-")
         help_ = f"{field.description} (default: {field.default})"
-        if field.annotation is bool:
+        if name == "resume":  # `--resume` alone continues from the latest checkpoint
+            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, nargs="?", const="latest", help=help_)
+        elif field.annotation in (bool, Optional[bool]):
             parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, action=argparse.BooleanOptionalAction, help=help_)
         else:
             parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_)
@@ -69,10 +71,13 @@ def build_context(cfg: RunConfig, elsewhere: bool = False):
     """Resolved config, preset, strategy and RunContext; the strategy has refused what it cannot run."""
     preset = registry.with_offload(registry.get(cfg.strategy), cfg.offload)
     cfg = resolve(cfg, elsewhere)
+    if cfg.compile is None:  # the measured default (Capabilities.compile_by_default), visible in the saved config
+        cfg = cfg.model_copy(update={"compile": cfg.accelerator == "gpu" and preset.capabilities.compile_by_default})
     ctx = RunContext(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
                      precision=cfg.precision, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip,
                      micro_batch_size=cfg.micro_batch_size, grad_reduce_dtype=cfg.grad_reduce_dtype,
                      activation_checkpointing=cfg.activation_checkpointing,
+                     compile=cfg.compile, chunked_loss=cfg.chunked_loss,
                      loss_scale=(cfg.loss_scale_initial_power, cfg.loss_scale_window, cfg.loss_scale_hysteresis,
                                  cfg.loss_scale_min))
     strategy = preset.build()
@@ -116,12 +121,18 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
         raise UserError(f"--seq-len {cfg.seq_len}: the model takes at most {model_cfg.max_position_embeddings} tokens")
     blocks = data_lib.token_blocks(texts, AutoTokenizer.from_pretrained(folder), cfg.seq_len)
     data_lib.check_enough(blocks, cfg.micro_batch_size, ctx.world_size, cfg.seq_len)
+    resume = None
+    if cfg.resume:
+        from shardlab.recipes import checkpoint
+
+        resume = checkpoint.resolve_resume(cfg.resume, Path(cfg.output))
+        checkpoint.check_resume(resume, checkpoint.run_identity(cfg, preset.name, ctx.world_size, model_cfg), cfg.max_steps)
     work = memory.Workload(micro_batch_size=cfg.micro_batch_size, seq_len=cfg.seq_len,
                            activation_checkpointing=cfg.activation_checkpointing, precision=cfg.precision,
-                           gpus_per_node=cfg.devices, num_nodes=cfg.num_nodes)
+                           gpus_per_node=cfg.devices, num_nodes=cfg.num_nodes, chunked_loss=cfg.chunked_loss)
     estimate = memory.estimate(strategy, memory.shape_of(model_cfg), work)
     return dict(cfg=cfg, preset=preset, strategy=strategy, ctx=ctx, folder=folder, model_cfg=model_cfg, blocks=blocks,
-                decision=decision, estimate=estimate)
+                decision=decision, estimate=estimate, resume=resume)
 
 
 def train(p: dict[str, Any]) -> dict[str, Any] | None:
@@ -142,15 +153,29 @@ def train(p: dict[str, Any]) -> dict[str, Any] | None:
     module = LlamaModule(model_source(p["folder"]), p["strategy"], ctx, optimizer_spec(cfg))
     recorder = StepRecorder()
     export = HFExport(str(p["folder"]), output, probe=p["blocks"][:2], precision=ctx.precision) if cfg.export else None
+    callbacks: list = [recorder]  # first: a checkpoint written at the same step carries that step's loss
+    if cfg.checkpoint_every:
+        from shardlab.recipes.checkpoint import PeriodicCheckpoint, run_identity
+
+        identity = run_identity(cfg, p["preset"].name, ctx.world_size, p["model_cfg"])
+        callbacks.append(PeriodicCheckpoint(output / "checkpoints", cfg.checkpoint_every, cfg.keep_checkpoints, identity))
+    if p["resume"]:
+        from shardlab.recipes.checkpoint import RestoreRNG
+
+        callbacks.append(RestoreRNG(p["resume"]))
     trainer = pl.Trainer(
         accelerator=ctx.accelerator, devices=ctx.devices, num_nodes=ctx.num_nodes,
         strategy=p["strategy"].lightning_strategy(ctx), max_steps=cfg.max_steps,
         accumulate_grad_batches=cfg.grad_accum, use_distributed_sampler=False,  # our sampler: same order for all
         logger=_loggers(cfg.metrics, output), enable_checkpointing=False, enable_model_summary=False, default_root_dir=str(output),
-        callbacks=[recorder] + ([export] if export else []), **p["strategy"].trainer_kwargs(ctx),
+        callbacks=callbacks + ([export] if export else []), **p["strategy"].trainer_kwargs(ctx),
     )
     t0 = time.perf_counter()
-    trainer.fit(module, datamodule=data_lib.LlamaData(p["blocks"], cfg.micro_batch_size, cfg.seed))
+    try:
+        trainer.fit(module, datamodule=data_lib.LlamaData(p["blocks"], cfg.micro_batch_size, cfg.seed),
+                    ckpt_path=str(p["resume"] / "state") if p["resume"] else None)
+    except torch.OutOfMemoryError as e:
+        raise RunFailed(out_of_memory_advice(cfg, p, e)) from None
     wall = time.perf_counter() - t0
     tokens_per_step = cfg.micro_batch_size * cfg.seq_len * cfg.grad_accum * ctx.world_size
     tokens_per_s = tokens_per_step / recorder.median_step_s()
@@ -161,6 +186,7 @@ def train(p: dict[str, Any]) -> dict[str, Any] | None:
         "mfu": _mfu(tokens_per_s / ctx.world_size, p["model_cfg"], cfg.seq_len, ctx),
         "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff} if export else None,
         "memory_estimate": _estimate_dict(p["estimate"]),
+        "resumed_from": str(p["resume"]) if p["resume"] else None,
         "auto": {"choice": p["decision"].choice, "reasons": p["decision"].reasons} if p["decision"] else None,
         "config": cfg.model_dump(), "model_folder": str(p["folder"]),
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
@@ -169,6 +195,22 @@ def train(p: dict[str, Any]) -> dict[str, Any] | None:
         return None
     write_json_atomic(output / "summary.json", summary)
     return summary
+
+
+def out_of_memory_advice(cfg: RunConfig, p: dict[str, Any], error: BaseException) -> str:
+    """Out of GPU memory: what the estimate said, and what `recipe plan` would have chosen instead."""
+    from shardlab.recipes.plan import make_plan
+
+    first = str(error).strip().splitlines()[0][:160] if str(error).strip() else "out of memory"
+    est = p["estimate"]
+    said = f" (estimated {est.gpu_bytes / 2**30:.1f} GiB per rank)" if est else ""
+    try:
+        decision = make_plan(cfg.model_copy(update={"strategy": "auto", "offload": None, "resume": None}))[2]
+        advice = f"recipe plan would choose {decision.choice}: " + " ".join(decision.reasons)
+    except UserError as e:
+        advice = f"recipe plan finds nothing that fits: {e}"
+    return (f"out of GPU memory under {p['preset'].name}{said}: {first}; {advice}; "
+            f"run `recipe plan` with this run's flags for the table")
 
 
 def _loggers(kind: str, output: Path) -> list:
@@ -202,15 +244,25 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import sys
+
+    from shardlab.recipes import ranks
+
+    ranks.die_with_launcher()
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
     p = prepare(load_config(getattr(args, "config", None), overrides))
-    if os.environ.get("LOCAL_RANK", "0") == "0" and p["decision"]:
-        print(f"shardlab: --strategy auto chose {p['decision'].choice}:")
-        for reason in p["decision"].reasons:
-            print(f"  - {reason}")
-    if os.environ.get("LOCAL_RANK", "0") == "0":
+    in_rank = ranks.launched_here()
+    if not in_rank or (os.environ.get("LOCAL_RANK", "0") == "0" and ranks.LAUNCHED_ENV not in os.environ):
+        if p["decision"]:
+            print(f"shardlab: --strategy auto chose {p['decision'].choice}:")
+            for reason in p["decision"].reasons:
+                print(f"  - {reason}")
         print(f"shardlab: {p['preset'].name} on {p['ctx'].world_size} x {p['ctx'].accelerator}, "
-              f"{p['ctx'].precision}, model {p['cfg'].model}, output {p['cfg'].output}")
+              f"{p['ctx'].precision}, model {p['cfg'].model}, output {p['cfg'].output}", flush=True)
+    if not in_rank and p["ctx"].num_nodes == 1 and p["ctx"].devices > 1:
+        # one process per rank, watched: a rank that dies stops the others at once (recipes/ranks.py)
+        ranks.run_ranks(p["ctx"].devices, sys.argv[1:])
+        return 0
     summary = train(p)
     if summary is not None:  # global rank 0
         print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}, "

@@ -41,20 +41,116 @@ def _cases(tmp):
     }
 
 
-def test_bad_run_inputs(recipe, tmp_path):
+def test_bad_run_inputs(cache_dir, tmp_path, capsys, monkeypatch):
+    from shardlab.recipes import cli  # called in this process, as in test_bad_inputs_across_commands
+
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
     failures = []
     for name, (flags, expected) in _cases(tmp_path).items():
         out = tmp_path / ("out-" + name.replace(" ", "-"))
-        proc = recipe("run", "--accelerator", "cpu", "--output", out, *flags) if "--accelerator" not in flags \
-            else recipe("run", "--output", out, *flags)
-        lines = [l for l in proc.stderr.splitlines() if l.startswith("recipe: error:")]
-        ok = (proc.returncode == 2 and len(lines) == 1 and expected in lines[0]
-              and "Traceback" not in proc.stderr and not out.exists())
-        if not ok:
-            failures.append(f"{name}: rc={proc.returncode} stderr={proc.stderr[-400:]!r}")
+        args = ["run", "--output", out, *flags] if "--accelerator" in flags else ["run", "--accelerator", "cpu", "--output", out, *flags]
+        rc = cli.main([str(a) for a in args])
+        err = capsys.readouterr().err
+        lines = [l for l in err.splitlines() if l.startswith("recipe: error:")]
+        if not (rc == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in err and not out.exists()):
+            failures.append(f"{name}: rc={rc} stderr={err[-400:]!r}")
     assert not failures, "\n".join(failures)
 
 
 def test_unknown_subcommand(recipe):
     proc = recipe("fly")
     assert proc.returncode == 2 and proc.stderr.startswith("recipe: error:")
+
+
+@pytest.fixture(scope="module")
+def checkpoints(recipe, tmp_path_factory):
+    """Real checkpoints: tiny under ddp, and a Llama of another shape (a local folder) under ddp."""
+    import shutil
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from shardlab.recipes.model import byte_tokenizer
+
+    root = tmp_path_factory.mktemp("ckpts")
+    other = root / "other-shape"
+    LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, vocab_size=320, max_position_embeddings=256)).save_pretrained(other)
+    byte_tokenizer().save_pretrained(other)
+    flags = ["--accelerator", "cpu", "--devices", "2", "--max-steps", "2", "--checkpoint-every", "2", "--no-export", "--metrics", "none"]
+    for name, model in (("tiny", "tiny"), ("other", other)):
+        proc = recipe("run", "--strategy", "ddp", "--model", model, "--output", root / name, *flags)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    ckpt = root / "tiny" / "checkpoints" / "step-000002"
+    corrupt, stateless = root / "corrupt" / "step-000002", root / "stateless" / "step-000002"
+    shutil.copytree(ckpt, corrupt)
+    (corrupt / "meta.json").write_text("{not json")
+    shutil.copytree(ckpt, stateless)
+    (stateless / "state").unlink()
+    return {"tiny": ckpt, "other": root / "other" / "checkpoints" / "step-000002", "corrupt": corrupt,
+            "stateless": stateless, "root": root}
+
+
+def _across_commands(tmp, ck):
+    (tmp / "ds.json").write_text("{not json")
+    run = ["run", "--accelerator", "cpu", "--devices", "2", "--max-steps", "6"]
+    return {
+        # checkpoints and resume
+        "resume with no checkpoint": (run + ["--resume"], "no finished checkpoint"),
+        "resume from a missing folder": (run + ["--resume", tmp / "nope"], "no such checkpoint folder"),
+        "resume from another strategy": (run + ["--strategy", "zero3", "--resume", ck["tiny"]], "strategy 'ddp'"),
+        "resume onto another model shape": (run + ["--resume", ck["other"]], "another shape"),
+        "resume from a corrupt meta.json": (run + ["--resume", ck["corrupt"]], "meta.json is corrupt"),
+        "resume from a checkpoint without state": (run + ["--resume", ck["stateless"]], "has no state"),
+        "resume with another micro-batch": (run + ["--micro-batch-size", "2", "--resume", ck["tiny"]], "--micro-batch-size 4"),
+        "resume with another world size": (run[:-4] + ["--devices", "1", "--max-steps", "6", "--resume", ck["tiny"]],
+                                           "--devices/--num-nodes 2"),
+        "resume past max-steps": (run[:-2] + ["--max-steps", "2", "--resume", ck["tiny"]], "raise --max-steps"),
+        "resume from a file, not a folder": (run + ["--resume", ck["tiny"] / "meta.json"], "no such checkpoint folder"),
+        "negative checkpoint interval": (run + ["--checkpoint-every", "-1"], "--checkpoint-every"),
+        "keep no checkpoints": (run + ["--keep-checkpoints", "0"], "--keep-checkpoints"),
+        # plan
+        "plan: gpu run with no gpus": (["plan", "--accelerator", "gpu", "--gpus", "0"], "--gpus 0"),
+        "plan: negative gpu memory": (["plan", "--gpu-memory-gib", "-5"], "--gpu-memory-gib"),
+        "plan: absurd gpu memory": (["plan", "--gpu-memory-gib", "100000"], "--gpu-memory-gib"),
+        "plan: no cpu memory": (["plan", "--cpu-memory-gib", "0"], "--cpu-memory-gib"),
+        "plan: unknown model config": (["plan", "--model", "llama-999b"], "--model llama-999b"),
+        "plan: nothing fits": (["plan", "--model", "llama-70b", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib",
+                                "16", "--cpu-memory-gib", "64", "--seq-len", "2048"], "no strategy fits"),
+        # compare
+        "compare: one strategy": (["compare", "--strategies", "ddp"], "two or more different presets"),
+        "compare: an unknown strategy": (["compare", "--strategies", "ddp,nope"], "unknown strategy"),
+        "compare: the same strategy twice": (["compare", "--strategies", "ddp,ddp"], "two or more different presets"),
+        # launch
+        "launch: node rank out of range": (["launch", "--num-nodes", "2", "--node-rank", "2", "--devices", "2",
+                                            "--master-port", "29500", "--master-addr", "x"], "--node-rank 2"),
+        "launch: no port": (["launch", "--devices", "2", "--node-rank", "0"], "--master-port"),
+        # configs
+        "export-config: unknown format": (["export-config", "--format", "yaml"], "--format"),
+        "deepspeed config missing": (run + ["--strategy", "zero3", "--deepspeed-config", tmp / "nope.json"], "no such file"),
+        "deepspeed config not json": (run + ["--strategy", "zero3", "--deepspeed-config", tmp / "ds.json"], "--deepspeed-config"),
+        "gradient accumulation 0": (run + ["--grad-accum", "0"], "--grad-accum"),
+        "unknown lr schedule": (run + ["--lr-schedule", "wavy"], "--lr-schedule"),
+        "warm-up longer than training": (run + ["--warmup-steps", "100"], "--warmup-steps 100"),
+    }
+
+
+def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, monkeypatch):
+    """With test_bad_run_inputs: 50 cases over run, plan, compare, launch, configs and checkpoints.
+
+    The `recipe` entry point is called in this process (cli.main: what `recipe` runs, exit code as its
+    return value): the same checks as a fresh process, without 28 interpreter start-ups."""
+    from shardlab.recipes import cli
+
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+    failures = []
+    for name, (args, expected) in _across_commands(tmp_path, checkpoints).items():
+        out = tmp_path / ("out-" + name.replace(" ", "-").replace(":", ""))
+        has_output = args[0] in ("run", "compare", "export-config")
+        rc = cli.main([str(a) for a in args] + (["--output", str(out)] if has_output else []))
+        err = capsys.readouterr().err
+        lines = [l for l in err.splitlines() if l.startswith("recipe: error:")]
+        if not (rc == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in err and not out.exists()):
+            failures.append(f"{name}: rc={rc} stderr={err[-400:]!r}")
+    assert not failures, "\n".join(failures)
+    # the checkpoints a failed resume pointed at are untouched
+    assert sorted(p.name for p in checkpoints["tiny"].iterdir()) == ["meta.json", "rng-rank0.pt", "rng-rank1.pt", "state"]

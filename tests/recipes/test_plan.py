@@ -32,18 +32,3 @@ def test_run_auto_on_cpu_end_to_end(recipe, tmp_path):
     assert s["memory_estimate"]["gpu_bytes"] > 0 and len(s["peak_memory_bytes"]) == 2
 
 
-def test_plan_bad_inputs(recipe, tmp_path):
-    cases = {
-        "gpu run with no gpus": (["--accelerator", "gpu", "--gpus", "0"], "--gpus 0"),
-        "negative memory": (["--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib=-80"], "--gpu-memory-gib"),
-        "absurd memory": (["--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "80000000000"], "--gpu-memory-gib"),
-        "absurd cpu memory": (["--cpu-memory-gib", "0"], "--cpu-memory-gib"),
-        "unknown model config": (["--model", "llama-9000"], "--model llama-9000"),
-        "nothing fits": (["--model", "llama-70b", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib", "16",
-                          "--cpu-memory-gib", "64", "--seq-len", "2048"], "no strategy fits"),
-    }
-    for name, (flags, expected) in cases.items():
-        proc = recipe("plan", *flags)
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in proc.stderr, \
-            f"{name}: {proc.returncode} {proc.stderr[-500:]}"

@@ -1,0 +1,62 @@
+"""Chunked cross-entropy: the causal-LM loss without materialising the full logits.
+
+Hugging Face's LlamaForCausalLM computes logits for every token ([batch, seq, vocab], 16-bit under
+autocast), upcasts them to fp32 and then takes the cross-entropy: at micro-batch 8, seq 2048 and a
+32k vocabulary that is 1 GiB of bf16 logits, 2 GiB of fp32 copies and as much again for their
+gradients. Here the output projection and the loss run per chunk of tokens under activation
+checkpointing, so at most one chunk's logits exist at a time (recomputed in backward); the loss is the
+same mean over the same tokens (summed per chunk in fp32).
+
+It lives *inside* the `lm_head` module's forward so that every backend sees its weight used where it
+expects: ZeRO-3 gathers it around that call (and again for the recompute), FSDP2's root unit holds it
+unsharded. The module keeps its class's parameter names, so exports and checkpoints are unchanged.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from shardlab.core.memory import CHUNK_TOKENS  # one chunk's fp32 logits: 0.5 GiB at a 32k vocabulary
+
+
+def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(F.linear(hidden, weight).float(), targets, reduction="sum")
+
+
+class ChunkedLossHead(torch.nn.Linear):
+    """An `lm_head` that returns the mean next-token loss while `targets` is set, else plain logits."""
+
+    targets: Optional[torch.Tensor] = None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.targets is None:  # generation, export checks
+            return super().forward(hidden)
+        targets = self.targets[:, 1:].reshape(-1)  # token t predicts token t + 1, as HF's loss shifts
+        hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for i in range(0, targets.numel(), CHUNK_TOKENS):
+            total = total + checkpoint(_chunk_loss, hidden[i:i + CHUNK_TOKENS], self.weight,
+                                       targets[i:i + CHUNK_TOKENS], use_reentrant=False)
+        return total / targets.numel()
+
+
+def use_chunked_loss(model: torch.nn.Module) -> None:
+    """Turn a causal LM's `lm_head` (an nn.Linear) into a ChunkedLossHead in place."""
+    if type(model.lm_head) is not torch.nn.Linear:
+        raise TypeError(f"chunked loss needs lm_head to be torch.nn.Linear, got {type(model.lm_head).__name__}")
+    model.lm_head.__class__ = ChunkedLossHead
+
+
+def causal_lm_loss(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """The mean next-token loss, through the chunked head if the model has one."""
+    head = model.lm_head
+    if not isinstance(head, ChunkedLossHead):
+        return model(input_ids=input_ids, labels=input_ids).loss
+    head.targets = input_ids
+    try:
+        return model(input_ids=input_ids).logits  # the head returned the loss in place of logits
+    finally:
+        head.targets = None

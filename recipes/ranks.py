@@ -1,0 +1,93 @@
+"""One process per rank on this node for `recipe run`, through torch's elastic agent (torchrun's engine).
+
+The agent starts the ranks, watches them, and as soon as one exits badly (an exception, a signal such
+as kill -9 or the kernel's OOM killer) stops every other rank, which would otherwise wait in a
+collective until the process-group timeout. Its failure report becomes one line naming the rank and
+the cause. Each rank records an uncaught exception or a `recipe: error` message in the error file the
+agent gives it (`record_failure`), so the cause is the rank's own words, not only an exit code.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+
+from shardlab.core.errors import RunFailed
+
+LAUNCHED_ENV = "SHARDLAB_LOCAL_RANKS"  # set in the ranks this module starts
+
+
+def launched_here() -> bool:
+    """True inside a rank process: started by this module, by torchrun/`recipe launch`, or by SLURM."""
+    return any(k in os.environ for k in (LAUNCHED_ENV, "TORCHELASTIC_RUN_ID", "LOCAL_RANK", "SLURM_PROCID"))
+
+
+def run_ranks(nproc: int, argv: list[str]) -> None:
+    """Run `recipe <argv>` in nproc local processes; raise RunFailed naming the first rank that failed."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"shardlab-{uuid.uuid4().hex[:8]}",
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
+                          start_method="spawn", shutdown_timeout=10)
+    os.environ[LAUNCHED_ENV] = "1"  # inherited by the ranks
+    try:
+        elastic_launch(config, entrypoint=sys.executable)("-m", "shardlab.recipes.cli", *argv)
+    except ChildFailedError as e:
+        raise RunFailed(describe_failure(e.failures, nproc)) from None
+    finally:
+        os.environ.pop(LAUNCHED_ENV, None)
+
+
+_PEER_WORDS = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "timeout")
+
+
+def describe_failure(failures: dict, nproc: int) -> str:
+    """The agent's failures -> one line: the rank that failed first, and why.
+
+    A rank that dies takes its peers down with it (their next collective fails, or the agent stops
+    them with SIGTERM): the cause is a rank killed by another signal, else a rank's own error, before
+    a peer's "connection closed" and before the agent's SIGTERM; the earliest within each kind."""
+    def key(item):
+        rank, f = item
+        text, sig = str(f.message).lower(), f.signal_name()
+        if sig in ("SIGTERM", "SIGINT"):  # how the agent stops the others: never the cause
+            return (3, f.timestamp, rank)
+        return (0 if sig != "<N/A>" else 2 if any(w in text for w in _PEER_WORDS) else 1, f.timestamp, rank)
+
+    rank, f = min(failures.items(), key=key)
+    if f.signal_name() != "<N/A>":
+        cause = f"killed by {f.signal_name()} (exit code {f.exitcode})"
+    else:
+        message = f.message if isinstance(f.message, str) else f.message.get("message", "")
+        lines = [l for l in message.strip().splitlines() if l.strip()]
+        cause = lines[-1].strip() if lines and not message.startswith("To enable traceback") else f"exited with code {f.exitcode}"
+    return f"rank {rank} of {nproc} failed: {cause}; shardlab stopped the other rank(s)"
+
+
+def die_with_launcher() -> None:
+    """In a rank this module started: if the launcher is killed (kill -9, preemption of the job's main
+    process), the kernel kills this rank too (Linux PR_SET_PDEATHSIG), instead of training on orphaned."""
+    if LAUNCHED_ENV not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the launcher died before the call above
+        os._exit(1)
+
+
+def record_failure(message: str) -> None:
+    """In a rank started by the agent: leave this rank's cause where the agent reads it."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):
+        return
+    import json
+    import time
+
+    with open(path, "w") as f:
+        json.dump({"message": {"message": message, "extraInfo": {"py_callstack": "", "timestamp": str(int(time.time()))}}}, f)
