@@ -103,7 +103,7 @@ class PeriodicCheckpoint(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step == self._last or step % self.every or trainer.fit_loop.epoch_loop._should_accumulate():
+        if step == 0 or step == self._last or step % self.every:  # once per optimizer step, after it
             return
         self._last = step
         self.save(trainer, step)

@@ -44,6 +44,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             if name == wanted:  # only the chosen command's module is imported to build its flags
                 _module(name).add_arguments(p)
         args = parser.parse_args(argv)
+        args.argv = list(argv)  # what `recipe run` hands to the rank processes it starts
         return _module(args.command).main(args)
     except (UserError, RunFailed) as e:
         print(f"recipe: error: {e}", file=sys.stderr)

@@ -244,8 +244,6 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import sys
-
     from shardlab.recipes import ranks
 
     ranks.die_with_launcher()
@@ -261,7 +259,7 @@ def main(args: argparse.Namespace) -> int:
               f"{p['ctx'].precision}, model {p['cfg'].model}, output {p['cfg'].output}", flush=True)
     if not in_rank and p["ctx"].num_nodes == 1 and p["ctx"].devices > 1:
         # one process per rank, watched: a rank that dies stops the others at once (recipes/ranks.py)
-        ranks.run_ranks(p["ctx"].devices, sys.argv[1:])
+        ranks.run_ranks(p["ctx"].devices, args.argv)
         return 0
     summary = train(p)
     if summary is not None:  # global rank 0

@@ -213,3 +213,12 @@ def test_a_failed_export_check_fails_the_run_and_leaves_no_export(recipe, faults
     assert proc.returncode == 1
     assert "hf export: reloaded logits differ" in proc.stderr.strip().splitlines()[-1]
     assert not (out / "hf").exists() and not list(out.glob(".hf.tmp-*")) and not (out / "summary.json").exists()
+
+
+def test_resume_under_gradient_accumulation(train, recipe, tmp_path):
+    flags = (*BASE, "--max-steps", "12", "--grad-accum", "2")
+    full = train("zero2", *flags, "--checkpoint-every", "4")
+    resumed = recipe("run", "--strategy", "zero2", "--output", tmp_path / "r", *flags,
+                     "--resume", Path(full["output"]) / "checkpoints" / "step-000008")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert rel_diff(json.loads((tmp_path / "r" / "summary.json").read_text())["losses"], full["losses"]) <= 1e-5
