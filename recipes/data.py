@@ -3,6 +3,7 @@ packed into fixed-length blocks, and handed to every strategy in the same order.
 from __future__ import annotations
 
 import json
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -80,6 +81,11 @@ class Blocks(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return self.blocks[i]
+
+
+# LlamaData carries the data position in its own state (below), which Lightning does not look at
+# when it warns that a mid-epoch resume restarts the epoch: here it does not.
+warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 
 
 class ResumableSampler(DistributedSampler):

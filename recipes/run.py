@@ -236,6 +236,17 @@ def _mfu(tokens_per_s_per_device: float, model_cfg, seq_len: int, ctx: RunContex
     return tokens_per_s_per_device * flops_per_token(model_cfg, seq_len) / peak if peak else None
 
 
+def _leave_process_group() -> None:
+    """Every rank leaves the process group together before the interpreter exits: left to interpreter
+    shutdown, gloo's threads were seen to abort a rank (SIGABRT, "terminate called without an active
+    exception") after a resumed FSDP2 run had finished on CPU."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -262,6 +273,7 @@ def main(args: argparse.Namespace) -> int:
         ranks.run_ranks(p["ctx"].devices, args.argv)
         return 0
     summary = train(p)
+    _leave_process_group()
     if summary is not None:  # global rank 0
         print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}, "
               f"{summary['tokens_per_s']:.0f} tokens/s, summary {Path(p['cfg'].output) / 'summary.json'}")
