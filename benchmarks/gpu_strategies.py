@@ -8,6 +8,7 @@ figure is the median step time of STEPS steps after 5 warm-up steps; the ratio i
 Usage (GPU machine, repo root, shardlab importable):
     python3 benchmarks/gpu_strategies.py --out OUT [--strategies ddp,fsdp,...] [--rounds 1] [--steps 20]
     python3 benchmarks/gpu_strategies.py --out OUT --no-raw --tag compile --extra "--compile"   # a lever
+    python3 benchmarks/gpu_strategies.py --out OUT --no-raw --warmup 2 --steps 5 --grad-accum 8 --strategies zero3_offload
 Writes OUT/gpu_strategies.json (rewritten after every run, so a cut-off call keeps what it measured)
 and OUT/gpu_strategies.md.
 """
@@ -59,19 +60,23 @@ def run_raw(out: Path, name: str, mb: int, steps: int) -> dict:
             "command": f"MB={mb} SEQ=2048 STEPS={steps} python3 benchmarks/raw_anchor.py {name}"}
 
 
-def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], tag: str) -> dict:
+def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], tag: str, warmup: int = WARMUP,
+                 grad_accum: int = 1) -> dict:
     folder = out / f"{tag}-{name}-{time.time_ns()}"
     cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", "--strategy", name, "--model", "llama-1b",
-           "--precision", "bf16-mixed", "--micro-batch-size", str(mb), "--seq-len", "2048",
-           "--max-steps", str(steps + WARMUP), "--no-export", "--metrics", "none", "--output", str(folder), *extra]
+           "--precision", "bf16-mixed", "--micro-batch-size", str(mb), "--seq-len", "2048", "--grad-accum", str(grad_accum),
+           "--max-steps", str(steps + warmup), "--no-export", "--metrics", "none", "--output", str(folder), *extra]
     with open(folder.with_suffix(".log"), "w") as f:
         rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
     if rc != 0:
         return {"rc": rc, "error": folder.with_suffix(".log").read_text()[-1500:]}
     s = json.loads((folder / "summary.json").read_text())
-    # recipe run reports tokens per optimizer step / median step: with --grad-accum that is the whole step
-    return {"rc": 0, "tokens_per_s": round(s["tokens_per_s"]), "mfu": s["mfu"], "peak_memory_bytes": max(s["peak_memory_bytes"]),
-            "losses": [round(x, 4) for x in s["losses"][:4]], "median_step_s": statistics.median(s["step_s"][WARMUP:]),
+    # tokens of one optimizer step (all its micro-batches) / the median optimizer-step time after warm-up
+    step = statistics.median(s["step_s"][warmup:])
+    tokens_per_s = mb * 2048 * grad_accum / step
+    return {"rc": 0, "tokens_per_s": round(tokens_per_s), "mfu": s["mfu"] and s["mfu"] * tokens_per_s / s["tokens_per_s"],
+            "peak_memory_bytes": max(s["peak_memory_bytes"]), "losses": [round(x, 4) for x in s["losses"][:4]],
+            "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]],
             "command": "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
 
 
@@ -82,6 +87,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="2: raw, shardlab, shardlab, raw (ABBA)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps after 5 warm-up steps")
     ap.add_argument("--micro-batch-size", type=int, default=8)
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (shardlab side only)")
+    ap.add_argument("--warmup", type=int, default=WARMUP, help="untimed optimizer steps before the timed ones")
     ap.add_argument("--extra", default="", help="more flags for recipe run (a lever)")
     ap.add_argument("--tag", default="default", help="name of this setting in the results")
     ap.add_argument("--no-raw", action="store_true", help="shardlab only (levers: compare with a shardlab row)")
@@ -101,7 +108,9 @@ def main() -> None:
         print(json.dumps({k: v for k, v in row.items() if k not in ("runs",)})[:600], flush=True)
 
     for name in a.strategies.split(","):
-        raw_name = None if a.no_raw else RAW_NAME.get(name, name)
+        # the anchor has no gradient accumulation and a fixed warm-up of 5: other settings run shardlab alone
+        matched = a.grad_accum == 1 and a.warmup == WARMUP
+        raw_name = None if a.no_raw or not matched else RAW_NAME.get(name, name)
         shard, raw = [], []
         for r in range(a.rounds):
             order = ["raw", "shardlab"] if r % 2 == 0 else ["shardlab", "raw"]
@@ -109,14 +118,20 @@ def main() -> None:
                 if side == "raw" and raw_name:
                     raw.append(run_raw(out, raw_name, a.micro_batch_size, a.steps))
                 elif side == "shardlab":
-                    shard.append(run_shardlab(out, name, a.micro_batch_size, a.steps, a.extra.split(), a.tag))
+                    shard.append(run_shardlab(out, name, a.micro_batch_size, a.steps, a.extra.split(), a.tag, a.warmup,
+                                              a.grad_accum))
         ok_s, ok_r = [x for x in shard if x["rc"] == 0], [x for x in raw if x["rc"] == 0]
-        row = {"strategy": name, "tag": a.tag, "extra": a.extra, "micro_batch_size": a.micro_batch_size, "runs": shard + raw}
+        row = {"strategy": name, "tag": a.tag, "extra": a.extra, "micro_batch_size": a.micro_batch_size,
+               "grad_accum": a.grad_accum, "timed_steps": a.steps, "warmup_steps": a.warmup, "runs": shard + raw}
+        # MFU is proportional to tokens/s: the row's is that of its median tokens/s
+        mfu_at = lambda runs, tps: runs[0]["mfu"] and runs[0]["mfu"] * tps / runs[0]["tokens_per_s"]
         if ok_s:
-            row.update(tokens_per_s=round(statistics.median(x["tokens_per_s"] for x in ok_s)), mfu=ok_s[0]["mfu"],
+            tps = round(statistics.median(x["tokens_per_s"] for x in ok_s))
+            row.update(tokens_per_s=tps, mfu=mfu_at(ok_s, tps),
                        peak_memory_bytes=ok_s[0]["peak_memory_bytes"], losses=ok_s[0]["losses"], command=ok_s[0]["command"])
         if ok_r:
-            row.update(raw_tokens_per_s=round(statistics.median(x["tokens_per_s"] for x in ok_r)), raw_mfu=ok_r[0]["mfu"],
+            tps = round(statistics.median(x["tokens_per_s"] for x in ok_r))
+            row.update(raw_tokens_per_s=tps, raw_mfu=mfu_at(ok_r, tps),
                        raw_peak_memory_bytes=ok_r[0]["peak_memory_bytes"], raw_losses=ok_r[0]["losses"],
                        raw_command=ok_r[0]["command"])
         if ok_s and ok_r:

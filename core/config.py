@@ -35,8 +35,9 @@ class RunConfig(BaseModel):
     """Optimizer steps to train."""
     micro_batch_size: int = Field(4, ge=1)
     """Sequences per rank per forward pass."""
-    grad_accum: int = Field(1, ge=1)
-    """Micro-batches accumulated per optimizer step."""
+    grad_accum: Optional[int] = Field(None, ge=1)
+    """Micro-batches accumulated per optimizer step; default 1, or, when `--strategy auto` picks CPU offload
+    on GPUs, enough for 131,072 tokens per GPU per step (the selector says how many and why)."""
     seq_len: int = Field(128, ge=8)
     """Tokens per training sequence."""
     lr: float = Field(1e-3, gt=0, lt=1)
@@ -70,7 +71,7 @@ class RunConfig(BaseModel):
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them."""
     compile: Optional[bool] = None
-    """torch.compile each decoder layer; default: on for GPU runs of the strategies measured faster with it (ddp, fsdp)."""
+    """torch.compile each decoder layer; default: on for GPU runs of the strategies measured faster with it (ddp, fsdp, zero2)."""
     chunked_loss: bool = False
     """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
     checkpoint_every: int = Field(0, ge=0)

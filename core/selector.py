@@ -4,6 +4,7 @@ Every branch returns its reason, so `recipe plan` and `recipe run --strategy aut
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -13,6 +14,16 @@ from shardlab.core.memory import Estimate, Shape, Workload
 from shardlab.core.registry import Preset
 
 LARGE_MODEL_PARAMS = 10e9  # the tree's split between FSDP and DeepSpeed
+
+# CPU offload steps the optimizer on the CPU once per optimizer step (~1 s for llama-1b on 16 cores) and
+# copies gradients to the CPU once per micro-batch: enough tokens per step make both small next to forward
+# and backward. Measured on one H200 (llama-1b, seq 2048, results/2026-12-02-offload-and-ratios-h200.md),
+# zero3_offload's time per token against zero3's (micro-batch 8, one per step): 3.7x at 16,384 tokens per
+# step, 1.5x at 90,112 (mean), 1.2x at 180,224 (micro-batch 8 x 11), 1.0x at 163,840 (micro-batch 16 x 5).
+OFFLOAD_TOKENS_PER_STEP = 131_072  # per GPU
+OFFLOAD_MAX_GRAD_ACCUM = 16  # beyond the measured range the batch grows more than the step time shrinks
+MEASURED = ("ZeRO-3 offload's time per token against ZeRO-3's, one H200, llama-1b: 3.7x at 16,384 tokens per step, "
+            "1.5x at 90,112, 1.0-1.2x at 163,840-180,224")
 
 
 @dataclass
@@ -28,6 +39,8 @@ class Decision:
     choice: str
     reasons: list[str]
     rows: list[Row] = field(default_factory=list)
+    grad_accum: Optional[int] = None
+    """Micro-batches per optimizer step the selector picked (CPU offload), or None: the run's own (1 if unset)."""
 
 
 def fits(e: Optional[Estimate], hw: Hardware) -> bool:
@@ -46,7 +59,8 @@ def _gib(b: int) -> str:
 
 
 def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Optional[str],
-           candidates: dict[str, tuple[Preset, Optional[Estimate]]]) -> Decision:
+           candidates: dict[str, tuple[Preset, Optional[Estimate]]], grad_accum: Optional[int] = None) -> Decision:
+    """grad_accum: the user's --grad-accum, or None (then an offload choice on GPUs gets the measured batch)."""
     rows = [Row(n, e, fits(e, hw), p.source) for n, (p, e) in candidates.items()]
     fitting = {r.name for r in rows if r.fits}
     est = {n: e for n, (_, e) in candidates.items()}
@@ -98,7 +112,24 @@ def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Option
     e = est[choice]
     reasons.append(f"{choice} is estimated at {_gib(e.gpu_bytes)} per {'GPU' if hw.accelerator == 'gpu' else 'rank'} "
                    f"and {_gib(e.cpu_bytes)} CPU per node, on {hw.describe()}")
-    return Decision(choice=choice, reasons=reasons, rows=rows)
+
+    # 4. The batch, for CPU offload on GPUs: enough micro-batches per step to amortise the CPU optimizer step.
+    picked = None
+    if hw.accelerator == "gpu" and candidates[choice][0].capabilities.offload != "none":
+        per_micro_batch = work.micro_batch_size * work.seq_len
+        wanted = max(1, math.ceil(OFFLOAD_TOKENS_PER_STEP / per_micro_batch))
+        if grad_accum is not None:
+            if grad_accum < wanted:
+                reasons.append(f"--grad-accum {grad_accum} kept as given; {min(wanted, OFFLOAD_MAX_GRAD_ACCUM)} would "
+                               f"amortise the CPU optimizer step ({MEASURED})")
+        elif wanted > 1:
+            picked = min(wanted, OFFLOAD_MAX_GRAD_ACCUM)
+            tokens = picked * per_micro_batch
+            reasons.append(f"gradient accumulation {picked}: {tokens:,} tokens per GPU per optimizer step amortise the "
+                           f"CPU optimizer step ({MEASURED}); --grad-accum N overrides"
+                           + ("" if tokens >= OFFLOAD_TOKENS_PER_STEP else
+                              f"; capped at {OFFLOAD_MAX_GRAD_ACCUM}: a larger --micro-batch-size, if it fits, is faster"))
+    return Decision(choice=choice, reasons=reasons, rows=rows, grad_accum=picked)
 
 
 def _nothing_fits(hw: Hardware, work: Workload, est: dict[str, Optional[Estimate]], offloads: dict[str, bool]) -> str:

@@ -91,12 +91,19 @@ warnings.filterwarnings("ignore", message="You're resuming from a checkpoint tha
 class ResumableSampler(DistributedSampler):
     """DistributedSampler that can start an epoch part-way (a resumed run skips what it already trained on)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, per_step: int = 1, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.per_step = per_step  # samples of this rank per optimizer step (micro-batch x grad-accum)
         self.resume_at: Optional[tuple[int, int]] = None  # (epoch, samples of this rank already used)
 
+    def __len__(self) -> int:
+        # Whole optimizer steps only: Lightning steps DDP/FSDP on an epoch's last batch with a partial
+        # accumulation, and under DeepSpeed it carries the tail into the next step (gradients of more
+        # micro-batches than --grad-accum), so the tail of each epoch is dropped, as drop_last does.
+        return super().__len__() // self.per_step * self.per_step
+
     def __iter__(self):
-        indices = list(super().__iter__())
+        indices = list(super().__iter__())[:len(self)]
         if self.resume_at is not None and self.resume_at[0] == self.epoch:
             indices = indices[self.resume_at[1]:]
             self.resume_at = None
@@ -109,14 +116,16 @@ class LlamaData(pl.LightningDataModule):
     Its state in a checkpoint is the data position (epoch, micro-batches done in it), so a resumed run
     continues with the next batch instead of restarting the epoch (Lightning alone would restart it)."""
 
-    def __init__(self, blocks: torch.Tensor, micro_batch_size: int, seed: int) -> None:
+    def __init__(self, blocks: torch.Tensor, micro_batch_size: int, seed: int, grad_accum: int = 1) -> None:
         super().__init__()
         self.dataset, self.micro_batch_size, self.seed = Blocks(blocks), micro_batch_size, seed
+        self.grad_accum = grad_accum
         self._resume: Optional[dict] = None
 
     def train_dataloader(self) -> DataLoader:
         sampler = ResumableSampler(self.dataset, num_replicas=self.trainer.world_size, rank=self.trainer.global_rank,
-                                   shuffle=True, seed=self.seed, drop_last=True)
+                                   shuffle=True, seed=self.seed, drop_last=True,
+                                   per_step=self.micro_batch_size * self.grad_accum)
         if self._resume:
             sampler.resume_at = (self._resume["epoch"], self._resume["batches_done"] * self.micro_batch_size)
         return DataLoader(self.dataset, batch_size=self.micro_batch_size, sampler=sampler, drop_last=True)
@@ -130,10 +139,12 @@ class LlamaData(pl.LightningDataModule):
         self._resume = state
 
 
-def check_enough(blocks: torch.Tensor, micro_batch_size: int, world_size: int, seq_len: int) -> None:
-    need = micro_batch_size * world_size
+def check_enough(blocks: torch.Tensor, micro_batch_size: int, world_size: int, seq_len: int, grad_accum: int = 1) -> None:
+    need = micro_batch_size * world_size * grad_accum
     if len(blocks) < need:
+        what = "micro-batch x world size" + (" x grad-accum" if grad_accum > 1 else "")
+        fix = "--micro-batch-size" + (" or --grad-accum" if grad_accum > 1 else "")
         raise UserError(
-            f"--data: {len(blocks)} blocks of {seq_len} tokens, but one step needs {need} "
-            f"(micro-batch x world size); give more text, or lower --seq-len or --micro-batch-size"
+            f"--data: {len(blocks)} blocks of {seq_len} tokens, but one optimizer step needs {need} "
+            f"({what}); give more text, or lower --seq-len or {fix}"
         )

@@ -42,7 +42,7 @@ def make_plan(cfg: RunConfig) -> tuple[Hardware, memory.Workload, selector.Decis
     shape = memory.shape_of(model_config(cfg.model))
     work = workload(cfg, hw, precision)
     ctx = RunContext(accelerator=hw.accelerator, devices=work.gpus_per_node, num_nodes=hw.num_nodes, precision=precision,
-                     grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip, micro_batch_size=cfg.micro_batch_size,
+                     grad_accum=cfg.grad_accum or 1, grad_clip=cfg.grad_clip, micro_batch_size=cfg.micro_batch_size,
                      activation_checkpointing=cfg.activation_checkpointing)
     candidates = {}
     for name, preset in registry.presets().items():
@@ -51,7 +51,7 @@ def make_plan(cfg: RunConfig) -> tuple[Hardware, memory.Workload, selector.Decis
             and (hw.num_nodes == 1 or caps.multi_node)
         if runnable:
             candidates[name] = (preset, memory.estimate(preset.build(), shape, work))
-    return hw, work, selector.choose(hw, shape, work, cfg.offload, candidates)
+    return hw, work, selector.choose(hw, shape, work, cfg.offload, candidates, cfg.grad_accum)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -66,12 +66,14 @@ def main(args: argparse.Namespace) -> int:
 
         resolved = cfg.model_copy(update={
             "strategy": decision.choice, "offload": None, "accelerator": hw.accelerator, "devices": work.gpus_per_node,
+            "grad_accum": cfg.grad_accum or decision.grad_accum or 1,
             "precision": work.precision, "output": cfg.output or f"runs/{decision.choice}"})
         print(f"# resolved for {hw.describe()}; `strategy` is the selector's choice when it was auto")
         print(yaml.safe_dump(resolved.model_dump(), sort_keys=False), end="")
         return 0
     if args.json:
-        print(json.dumps({"choice": decision.choice, "reasons": decision.reasons, "strategies": rows,
+        print(json.dumps({"choice": decision.choice, "grad_accum": cfg.grad_accum or decision.grad_accum or 1,
+                          "reasons": decision.reasons, "strategies": rows,
                           "hardware": hw.model_dump(), "workload": vars(work)}, indent=2))
         return 0
     where = "GPU" if hw.accelerator == "gpu" else "rank"

@@ -64,7 +64,8 @@ def resolve(cfg: RunConfig, elsewhere: bool = False) -> RunConfig:
     if accelerator == "gpu" and precision.startswith("bf16") and not bf16:
         raise UserError(f"--precision {precision}: this GPU has no bf16; use 16-mixed or 32-true")
     output = cfg.output or f"runs/{cfg.strategy}"  # after `auto` became a preset name
-    return cfg.model_copy(update=dict(accelerator=accelerator, devices=devices, precision=precision, output=output))
+    return cfg.model_copy(update=dict(accelerator=accelerator, devices=devices, precision=precision, output=output,
+                                      grad_accum=cfg.grad_accum or 1))
 
 
 def build_context(cfg: RunConfig, elsewhere: bool = False):
@@ -103,6 +104,12 @@ def optimizer_spec(cfg: RunConfig) -> OptimizerSpec:
                          min_lr_ratio=cfg.min_lr_ratio, total_steps=cfg.max_steps)
 
 
+def apply_decision(cfg: RunConfig, decision) -> RunConfig:
+    """The run as `--strategy auto` decided it: the chosen preset, and the batch it picked (offload), if any."""
+    return cfg.model_copy(update={"strategy": decision.choice, "offload": None,
+                                  "grad_accum": cfg.grad_accum or decision.grad_accum})
+
+
 def prepare(cfg: RunConfig) -> dict[str, Any]:
     """Everything that can fail on bad input, before any process starts or anything is written to --output."""
     decision = None
@@ -110,7 +117,7 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
         from shardlab.recipes.plan import make_plan
 
         decision = make_plan(cfg)[2]
-        cfg = cfg.model_copy(update={"strategy": decision.choice, "offload": None})
+        cfg = apply_decision(cfg, decision)
     cfg, preset, strategy, ctx = build_context(cfg)
     texts = data_lib.read_texts(cfg.data)  # before building weights: cheap failures first
     folder = initial_folder(cfg.model, cfg.seed)
@@ -120,7 +127,7 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
     if cfg.seq_len > model_cfg.max_position_embeddings:
         raise UserError(f"--seq-len {cfg.seq_len}: the model takes at most {model_cfg.max_position_embeddings} tokens")
     blocks = data_lib.token_blocks(texts, AutoTokenizer.from_pretrained(folder), cfg.seq_len)
-    data_lib.check_enough(blocks, cfg.micro_batch_size, ctx.world_size, cfg.seq_len)
+    data_lib.check_enough(blocks, cfg.micro_batch_size, ctx.world_size, cfg.seq_len, cfg.grad_accum)
     resume = None
     if cfg.resume:
         from shardlab.recipes import checkpoint
@@ -172,7 +179,7 @@ def train(p: dict[str, Any]) -> dict[str, Any] | None:
     )
     t0 = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=data_lib.LlamaData(p["blocks"], cfg.micro_batch_size, cfg.seed),
+        trainer.fit(module, datamodule=data_lib.LlamaData(p["blocks"], cfg.micro_batch_size, cfg.seed, cfg.grad_accum),
                     ckpt_path=str(p["resume"] / "state") if p["resume"] else None)
     except torch.OutOfMemoryError as e:
         raise RunFailed(out_of_memory_advice(cfg, p, e)) from None

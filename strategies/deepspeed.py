@@ -235,5 +235,7 @@ for _name, _stage, _offload, _desc in [
     register(Preset(
         name=_name, strategy_cls=ZeRO, family=f"zero{_stage}", description=_desc,
         kwargs={"stage": _stage, "offload": _offload, "tuning": ZERO3_TUNING if _name == "zero3" else None},
-        capabilities=Capabilities(offload=_offload, **_ZERO_SHARDS[_stage]),
+        # torch.compile of the decoder layers: ZeRO-2 measured +11.6% on one H200 (47,128 -> 52,581 tokens/s, llama-1b,
+        # results/2026-12-02-offload-and-ratios-h200.md); ZeRO-3 -16.5% (its parameter fetch hooks break the graphs).
+        capabilities=Capabilities(offload=_offload, compile_by_default=_name == "zero2", **_ZERO_SHARDS[_stage]),
     ))

@@ -68,3 +68,37 @@ def test_nothing_fits_is_an_error_with_the_smallest_need_and_fixes():
         plan("llama-70b", 1, 16, cpu_gib=64, micro_batch_size=4)
     msg = str(e.value)
     assert "no strategy fits: the smallest" in msg and "--activation-checkpointing" in msg and "--micro-batch-size" in msg
+
+
+# The batch for CPU offload: enough micro-batches for 131,072 tokens per GPU per optimizer step (measured).
+
+def test_offload_choice_picks_the_measured_batch():
+    d = plan("llama-7b", 1, 80, cpu_gib=512, micro_batch_size=8, activation_checkpointing=True)
+    assert d.choice.startswith("zero3_offload") and d.grad_accum == 8
+    assert any("gradient accumulation 8: 131,072 tokens per GPU" in r for r in d.reasons)
+    assert plan("llama-7b", 8, 80, offload="optimizer", micro_batch_size=16, activation_checkpointing=True).grad_accum == 4
+
+
+def test_offload_batch_is_capped_and_says_so():
+    d = plan("llama-7b", 8, 80, offload="optimizer", micro_batch_size=1, seq_len=1024)
+    assert d.grad_accum == 16 and any("capped at 16" in r for r in d.reasons)
+
+
+def test_the_users_grad_accum_wins_with_a_hint():
+    d = plan("llama-7b", 8, 80, offload="optimizer", micro_batch_size=8, activation_checkpointing=True, grad_accum=2)
+    assert d.grad_accum is None and any("--grad-accum 2 kept as given; 8 would" in r for r in d.reasons)
+
+
+def test_no_offload_no_batch_change():
+    d = plan("llama-7b", 8, 80, micro_batch_size=8, activation_checkpointing=True)
+    assert d.choice == "fsdp" and d.grad_accum is None
+
+
+def test_auto_run_takes_the_picked_batch_unless_given():
+    from shardlab.recipes.run import apply_decision
+
+    c = RunConfig(strategy="auto", model="llama-7b", accelerator="gpu", precision="bf16-mixed", gpus=8, gpu_memory_gib=80,
+                  cpu_memory_gib=1024, offload="optimizer", micro_batch_size=8, seq_len=2048, activation_checkpointing=True)
+    d = make_plan(c)[2]
+    assert apply_decision(c, d).grad_accum == 8 and apply_decision(c, d).strategy == "zero3_offload"
+    assert apply_decision(c.model_copy(update={"grad_accum": 3}), d).grad_accum == 3

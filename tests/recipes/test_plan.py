@@ -32,3 +32,13 @@ def test_run_auto_on_cpu_end_to_end(recipe, tmp_path):
     assert s["memory_estimate"]["gpu_bytes"] > 0 and len(s["peak_memory_bytes"]) == 2
 
 
+
+
+def test_plan_says_the_batch_it_picks_for_offload(recipe):
+    proc = recipe("plan", "--model", "llama-7b", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib", "80",
+                  "--cpu-memory-gib", "512", "--micro-batch-size", "8", "--seq-len", "2048", "--activation-checkpointing",
+                  "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["choice"] == "zero3_offload" and out["grad_accum"] == 8
+    assert any(r.startswith("gradient accumulation 8") for r in out["reasons"])
