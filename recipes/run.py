@@ -244,9 +244,8 @@ def _mfu(tokens_per_s_per_device: float, model_cfg, seq_len: int, ctx: RunContex
 
 
 def _leave_process_group() -> None:
-    """Every rank leaves the process group together before the interpreter exits: left to interpreter
-    shutdown, gloo's threads were seen to abort a rank (SIGABRT, "terminate called without an active
-    exception") after a resumed FSDP2 run had finished on CPU."""
+    """A single process (no launcher) leaves its process group before the interpreter exits; rank
+    processes end through ranks.finish_rank instead."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -280,8 +279,11 @@ def main(args: argparse.Namespace) -> int:
         ranks.run_ranks(p["ctx"].devices, args.argv)
         return 0
     summary = train(p)
-    _leave_process_group()
+    if not in_rank:
+        _leave_process_group()
     if summary is not None:  # global rank 0
         print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}, "
               f"{summary['tokens_per_s']:.0f} tokens/s, summary {Path(p['cfg'].output) / 'summary.json'}")
+    if in_rank:
+        ranks.finish_rank()
     return 0
