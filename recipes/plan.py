@@ -54,25 +54,32 @@ def make_plan(cfg: RunConfig) -> tuple[Hardware, memory.Workload, selector.Decis
     return hw, work, selector.choose(hw, shape, work, cfg.offload, candidates, cfg.grad_accum)
 
 
+def apply_decision(cfg: RunConfig, decision: selector.Decision) -> RunConfig:
+    """The run as `--strategy auto` decided it: the chosen preset, and the batch it picked (offload), if any."""
+    return cfg.model_copy(update={"strategy": decision.choice, "offload": None,
+                                  "grad_accum": cfg.grad_accum or decision.grad_accum})
+
+
 def main(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
     cfg = load_config(getattr(args, "config", None), overrides)
     hw, work, decision = make_plan(cfg)
+    decided = apply_decision(cfg, decision)
+    grad_accum = decided.grad_accum or 1
     rows = [{"name": r.name, "gpu_bytes": r.estimate.gpu_bytes if r.estimate else None,
              "cpu_bytes": r.estimate.cpu_bytes if r.estimate else None, "fits": r.fits, "source": r.source,
              "parts": r.estimate.parts if r.estimate else None} for r in decision.rows]
     if args.show_config:
         import yaml
 
-        resolved = cfg.model_copy(update={
-            "strategy": decision.choice, "offload": None, "accelerator": hw.accelerator, "devices": work.gpus_per_node,
-            "grad_accum": cfg.grad_accum or decision.grad_accum or 1,
+        resolved = decided.model_copy(update={
+            "accelerator": hw.accelerator, "devices": work.gpus_per_node, "grad_accum": grad_accum,
             "precision": work.precision, "output": cfg.output or f"runs/{decision.choice}"})
         print(f"# resolved for {hw.describe()}; `strategy` is the selector's choice when it was auto")
         print(yaml.safe_dump(resolved.model_dump(), sort_keys=False), end="")
         return 0
     if args.json:
-        print(json.dumps({"choice": decision.choice, "grad_accum": cfg.grad_accum or decision.grad_accum or 1,
+        print(json.dumps({"choice": decision.choice, "grad_accum": grad_accum,
                           "reasons": decision.reasons, "strategies": rows,
                           "hardware": hw.model_dump(), "workload": vars(work)}, indent=2))
         return 0

@@ -104,17 +104,11 @@ def optimizer_spec(cfg: RunConfig) -> OptimizerSpec:
                          min_lr_ratio=cfg.min_lr_ratio, total_steps=cfg.max_steps)
 
 
-def apply_decision(cfg: RunConfig, decision) -> RunConfig:
-    """The run as `--strategy auto` decided it: the chosen preset, and the batch it picked (offload), if any."""
-    return cfg.model_copy(update={"strategy": decision.choice, "offload": None,
-                                  "grad_accum": cfg.grad_accum or decision.grad_accum})
-
-
 def prepare(cfg: RunConfig) -> dict[str, Any]:
     """Everything that can fail on bad input, before any process starts or anything is written to --output."""
     decision = None
     if cfg.strategy == "auto":
-        from shardlab.recipes.plan import make_plan
+        from shardlab.recipes.plan import apply_decision, make_plan
 
         decision = make_plan(cfg)[2]
         cfg = apply_decision(cfg, decision)

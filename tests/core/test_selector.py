@@ -95,7 +95,7 @@ def test_no_offload_no_batch_change():
 
 
 def test_auto_run_takes_the_picked_batch_unless_given():
-    from shardlab.recipes.run import apply_decision
+    from shardlab.recipes.plan import apply_decision
 
     c = RunConfig(strategy="auto", model="llama-7b", accelerator="gpu", precision="bf16-mixed", gpus=8, gpu_memory_gib=80,
                   cpu_memory_gib=1024, offload="optimizer", micro_batch_size=8, seq_len=2048, activation_checkpointing=True)
