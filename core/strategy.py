@@ -65,6 +65,7 @@ class RunContext:
     loss_scale: tuple[int, int, int, float] = (16, 1000, 2, 1.0)  # 16-mixed: initial power, window, hysteresis, min
     compile: bool = False  # torch.compile each decoder layer's forward
     chunked_loss: bool = False  # output projection + cross-entropy per chunk of tokens (recipes/loss.py)
+    kernels: str = "torch"  # "torch" or "liger" (fused Triton kernels, recipes/kernels.py)
 
     @property
     def world_size(self) -> int:

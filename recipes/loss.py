@@ -43,6 +43,26 @@ class ChunkedLossHead(torch.nn.Linear):
         return total / targets.numel()
 
 
+class FusedLossHead(ChunkedLossHead):
+    """An `lm_head` whose loss is Liger's fused linear cross-entropy (Triton, CUDA): logits are never materialised."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.targets is None:
+            return F.linear(hidden, self.weight, self.bias)
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+
+        targets = self.targets[:, 1:].reshape(-1)
+        hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+        return LigerFusedLinearCrossEntropyLoss()(self.weight, hidden, targets)
+
+
+def use_fused_loss(model: torch.nn.Module) -> None:
+    """Turn a causal LM's `lm_head` (an nn.Linear) into a FusedLossHead in place (recipes/kernels.py)."""
+    if type(model.lm_head) not in (torch.nn.Linear, ChunkedLossHead):
+        raise TypeError(f"fused loss needs lm_head to be torch.nn.Linear, got {type(model.lm_head).__name__}")
+    model.lm_head.__class__ = FusedLossHead
+
+
 def use_chunked_loss(model: torch.nn.Module) -> None:
     """Turn a causal LM's `lm_head` (an nn.Linear) into a ChunkedLossHead in place."""
     if type(model.lm_head) is not torch.nn.Linear:

@@ -25,9 +25,12 @@ class LlamaModule(pl.LightningModule):
         model.train()  # from_pretrained hands back eval mode
         if self.ctx.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.ctx.kernels == "liger":  # before compile, so the compiled layers call Liger's kernels
+            from shardlab.recipes.kernels import use_liger
+            use_liger(model)
         if self.ctx.compile:
             compile_layers(model)
-        if self.ctx.chunked_loss:
+        if self.ctx.chunked_loss and self.ctx.kernels != "liger":  # Liger's loss is chunked already
             use_chunked_loss(model)
         self.model = model
 

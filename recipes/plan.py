@@ -25,7 +25,8 @@ def workload(cfg: RunConfig, hw: Hardware, precision: str) -> memory.Workload:
     per_node = hw.gpus_per_node if hw.accelerator == "gpu" else (cfg.devices if cfg.devices != "auto" else 2)
     return memory.Workload(micro_batch_size=cfg.micro_batch_size, seq_len=cfg.seq_len,
                            activation_checkpointing=cfg.activation_checkpointing, precision=precision,
-                           gpus_per_node=per_node, num_nodes=hw.num_nodes, chunked_loss=cfg.chunked_loss)
+                           gpus_per_node=per_node, num_nodes=hw.num_nodes,
+                           chunked_loss=cfg.chunked_loss or cfg.kernels == "liger")
 
 
 def make_plan(cfg: RunConfig) -> tuple[Hardware, memory.Workload, selector.Decision]:

@@ -72,13 +72,17 @@ def build_context(cfg: RunConfig, elsewhere: bool = False):
     """Resolved config, preset, strategy and RunContext; the strategy has refused what it cannot run."""
     preset = registry.with_offload(registry.get(cfg.strategy), cfg.offload)
     cfg = resolve(cfg, elsewhere)
+    if cfg.kernels is None:  # Liger measured fastest on one H200 (benchmarks/results/2026-12-02-liger-h200.md)
+        from shardlab.recipes import kernels
+        cfg = cfg.model_copy(update={"kernels": "torch" if cfg.compile else kernels.default(cfg.accelerator)})
     if cfg.compile is None:  # the measured default (Capabilities.compile_by_default), visible in the saved config
-        cfg = cfg.model_copy(update={"compile": cfg.accelerator == "gpu" and preset.capabilities.compile_by_default})
+        cfg = cfg.model_copy(update={"compile": cfg.accelerator == "gpu" and preset.capabilities.compile_by_default
+                                     and cfg.kernels != "liger"})
     ctx = RunContext(accelerator=cfg.accelerator, devices=cfg.devices, num_nodes=cfg.num_nodes,
                      precision=cfg.precision, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip,
                      micro_batch_size=cfg.micro_batch_size, grad_reduce_dtype=cfg.grad_reduce_dtype,
                      activation_checkpointing=cfg.activation_checkpointing,
-                     compile=cfg.compile, chunked_loss=cfg.chunked_loss,
+                     compile=cfg.compile, chunked_loss=cfg.chunked_loss, kernels=cfg.kernels,
                      loss_scale=(cfg.loss_scale_initial_power, cfg.loss_scale_window, cfg.loss_scale_hysteresis,
                                  cfg.loss_scale_min))
     strategy = preset.build()
@@ -95,6 +99,9 @@ def build_context(cfg: RunConfig, elsewhere: bool = False):
         cfg = cfg.model_copy(update=changes)
         ctx = dataclasses.replace(ctx, **{k: v for k, v in changes.items() if hasattr(ctx, k)})
     strategy.check(ctx)
+    if ctx.kernels == "liger":
+        from shardlab.recipes import kernels
+        kernels.check(ctx.accelerator, ctx.compile)
     return cfg, preset, strategy, ctx
 
 
@@ -130,7 +137,8 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
         checkpoint.check_resume(resume, checkpoint.run_identity(cfg, preset.name, ctx.world_size, model_cfg), cfg.max_steps)
     work = memory.Workload(micro_batch_size=cfg.micro_batch_size, seq_len=cfg.seq_len,
                            activation_checkpointing=cfg.activation_checkpointing, precision=cfg.precision,
-                           gpus_per_node=cfg.devices, num_nodes=cfg.num_nodes, chunked_loss=cfg.chunked_loss)
+                           gpus_per_node=cfg.devices, num_nodes=cfg.num_nodes,
+                           chunked_loss=cfg.chunked_loss or cfg.kernels == "liger")
     estimate = memory.estimate(strategy, memory.shape_of(model_cfg), work)
     return dict(cfg=cfg, preset=preset, strategy=strategy, ctx=ctx, folder=folder, model_cfg=model_cfg, blocks=blocks,
                 decision=decision, estimate=estimate, resume=resume)
