@@ -49,15 +49,17 @@ def run_raw(out: Path, name: str, mb: int, steps: int) -> dict:
     env = {**os.environ, "MB": str(mb), "SEQ": "2048", "STEPS": str(steps)}
     cmd = [sys.executable, str(HERE / "raw_anchor.py"), name]
     log = out / f"raw-{name}-{time.time_ns()}.log"
+    t0 = time.perf_counter()
     with open(log, "w") as f:
         rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    wall = round(time.perf_counter() - t0, 1)
     lines = [l for l in log.read_text().splitlines() if l.startswith("{")]
     if rc != 0 or not lines:
         return {"rc": rc, "error": log.read_text()[-1500:]}
     r = json.loads(lines[-1])
     return {"rc": 0, "tokens_per_s": r["tokens_per_s"], "mfu": r["mfu_vs_989"],
             "peak_memory_bytes": int(r["peak_mem_gib"] * 2**30), "losses": r["losses"],
-            "command": f"MB={mb} SEQ=2048 STEPS={steps} python3 benchmarks/raw_anchor.py {name}"}
+            "wall_s": wall, "command": f"MB={mb} SEQ=2048 STEPS={steps} python3 benchmarks/raw_anchor.py {name}"}
 
 
 def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], tag: str, warmup: int = WARMUP,
@@ -66,8 +68,10 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
     cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", "--strategy", name, "--model", "llama-1b",
            "--precision", "bf16-mixed", "--micro-batch-size", str(mb), "--seq-len", "2048", "--grad-accum", str(grad_accum),
            "--max-steps", str(steps + warmup), "--no-export", "--metrics", "none", "--output", str(folder), *extra]
+    t0 = time.perf_counter()
     with open(folder.with_suffix(".log"), "w") as f:
         rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+    wall = round(time.perf_counter() - t0, 1)
     if rc != 0:
         return {"rc": rc, "error": folder.with_suffix(".log").read_text()[-1500:]}
     s = json.loads((folder / "summary.json").read_text())
@@ -76,7 +80,7 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
     tokens_per_s = mb * 2048 * grad_accum / step
     return {"rc": 0, "tokens_per_s": round(tokens_per_s), "mfu": s["mfu"] and s["mfu"] * tokens_per_s / s["tokens_per_s"],
             "peak_memory_bytes": max(s["peak_memory_bytes"]), "losses": [round(x, 4) for x in s["losses"][:4]],
-            "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]],
+            "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]], "wall_s": wall,
             "command": "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
 
 

@@ -71,7 +71,7 @@ class RunConfig(BaseModel):
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them."""
     compile: Optional[bool] = None
-    """torch.compile each decoder layer; default: on for GPU runs of the strategies measured faster with it (ddp, fsdp, zero2)."""
+    """torch.compile each decoder layer; default: off with Liger kernels (the GPU default where installed; they fail under compile), else on for GPU runs of the strategies measured faster with it (ddp, fsdp, zero2)."""
     chunked_loss: bool = False
     """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
     kernels: Optional[Literal["torch", "liger"]] = None

@@ -21,12 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-def workload(cfg: RunConfig, hw: Hardware, precision: str) -> memory.Workload:
-    per_node = hw.gpus_per_node if hw.accelerator == "gpu" else (cfg.devices if cfg.devices != "auto" else 2)
+def workload(cfg: RunConfig, per_node: int, precision: str) -> memory.Workload:
+    """The run as the memory estimate sees it: for recipe plan, the selector and recipe run alike."""
     return memory.Workload(micro_batch_size=cfg.micro_batch_size, seq_len=cfg.seq_len,
                            activation_checkpointing=cfg.activation_checkpointing, precision=precision,
-                           gpus_per_node=per_node, num_nodes=hw.num_nodes,
-                           chunked_loss=cfg.chunked_loss or cfg.kernels == "liger")
+                           gpus_per_node=per_node, num_nodes=cfg.num_nodes,
+                           chunked_loss=cfg.chunked_loss or cfg.kernels == "liger")  # Liger's loss never builds logits
 
 
 def make_plan(cfg: RunConfig) -> tuple[Hardware, memory.Workload, selector.Decision]:
@@ -41,7 +41,8 @@ def make_plan(cfg: RunConfig) -> tuple[Hardware, memory.Workload, selector.Decis
     hw = probe(cfg.accelerator, cfg.num_nodes, gpus, gpu_memory_gib, cpu_memory_gib)
     precision = cfg.precision if cfg.precision != "auto" else ("bf16-mixed" if hw.accelerator == "gpu" and hw.bf16 else "32-true")
     shape = memory.shape_of(model_config(cfg.model))
-    work = workload(cfg, hw, precision)
+    per_node = hw.gpus_per_node if hw.accelerator == "gpu" else (cfg.devices if cfg.devices != "auto" else 2)
+    work = workload(cfg, per_node, precision)
     ctx = RunContext(accelerator=hw.accelerator, devices=work.gpus_per_node, num_nodes=hw.num_nodes, precision=precision,
                      grad_accum=cfg.grad_accum or 1, grad_clip=cfg.grad_clip, micro_batch_size=cfg.micro_batch_size,
                      activation_checkpointing=cfg.activation_checkpointing)

@@ -113,10 +113,10 @@ def optimizer_spec(cfg: RunConfig) -> OptimizerSpec:
 
 def prepare(cfg: RunConfig) -> dict[str, Any]:
     """Everything that can fail on bad input, before any process starts or anything is written to --output."""
+    from shardlab.recipes.plan import apply_decision, make_plan, workload
+
     decision = None
     if cfg.strategy == "auto":
-        from shardlab.recipes.plan import apply_decision, make_plan
-
         decision = make_plan(cfg)[2]
         cfg = apply_decision(cfg, decision)
     cfg, preset, strategy, ctx = build_context(cfg)
@@ -135,11 +135,7 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
 
         resume = checkpoint.resolve_resume(cfg.resume, Path(cfg.output))
         checkpoint.check_resume(resume, checkpoint.run_identity(cfg, preset.name, ctx.world_size, model_cfg), cfg.max_steps)
-    work = memory.Workload(micro_batch_size=cfg.micro_batch_size, seq_len=cfg.seq_len,
-                           activation_checkpointing=cfg.activation_checkpointing, precision=cfg.precision,
-                           gpus_per_node=cfg.devices, num_nodes=cfg.num_nodes,
-                           chunked_loss=cfg.chunked_loss or cfg.kernels == "liger")
-    estimate = memory.estimate(strategy, memory.shape_of(model_cfg), work)
+    estimate = memory.estimate(strategy, memory.shape_of(model_cfg), workload(cfg, cfg.devices, cfg.precision))
     return dict(cfg=cfg, preset=preset, strategy=strategy, ctx=ctx, folder=folder, model_cfg=model_cfg, blocks=blocks,
                 decision=decision, estimate=estimate, resume=resume)
 

@@ -152,7 +152,9 @@ class ZeRO(Strategy):
     def model_state_bytes(self, shape, work):
         if self.stage == 2:
             return memory.zero2_states(shape.params, work, offload=self.offload != "none")
-        return memory.zero3_states(shape.params, shape.largest_layer_params, work,
+        # DeepSpeed's estimate with its "largest layer" = the unit ZeRO-3 fetches whole: a decoder layer (build_model)
+        fetched = max(shape.largest_layer_params, shape.decoder_layer_params)
+        return memory.zero3_states(shape.params, fetched, work,
                                    offload_optimizer=self.offload != "none", offload_params=self.offload == "all")
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
@@ -171,8 +173,14 @@ class ZeRO(Strategy):
         # Lightning runs configure_model inside deepspeed.zero.Init: parameters are partitioned as
         # each layer is built, so the full model never exists on one rank. zero.Init draws its own
         # random init; overwrite every parameter from the shared initial weights, one at a time.
+        from deepspeed.utils import set_z3_leaf_modules
+
         model = source.build_empty()
         load_into_partitioned(model, source)
+        # One ZeRO-3 fetch and release per decoder layer (a DeepSpeed "leaf module") instead of one per
+        # linear and norm: +14% tokens/s on one H200 (55,605 and 56,340 -> 63,796 and 63,586, llama-1b;
+        # results/2026-12-03-zero3-leaf-h200.md). model_state_bytes counts a whole layer as the unit fetched.
+        set_z3_leaf_modules(model, [type(model.model.layers[0])])
         return model
 
     def optimizer(self, params: Iterable[torch.nn.Parameter], spec: OptimizerSpec, ctx: RunContext) -> torch.optim.Optimizer:
