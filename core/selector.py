@@ -20,10 +20,12 @@ LARGE_MODEL_PARAMS = 10e9  # the tree's split between FSDP and DeepSpeed
 # and backward. Measured on one H200 (llama-1b, seq 2048, results/2026-12-02-offload-and-ratios-h200.md),
 # zero3_offload's time per token against zero3's (micro-batch 8, one per step): 3.7x at 16,384 tokens per
 # step, 1.5x at 90,112 (mean), 1.2x at 180,224 (micro-batch 8 x 11), 1.0x at 163,840 (micro-batch 16 x 5).
+# With the 2026-12-03 defaults (Liger kernels, whole-layer ZeRO-3 fetch; results/2026-12-03-ratios-zero3-leaf-h200.md):
+# 4.3x at 16,384 and 1.65x at 131,072 (micro-batch 8 x 8, this constant), within 2x.
 OFFLOAD_TOKENS_PER_STEP = 131_072  # per GPU
 OFFLOAD_MAX_GRAD_ACCUM = 16  # beyond the measured range the batch grows more than the step time shrinks
 MEASURED = ("ZeRO-3 offload's time per token against ZeRO-3's, one H200, llama-1b: 3.7x at 16,384 tokens per step, "
-            "1.5x at 90,112, 1.0-1.2x at 163,840-180,224")
+            "1.5x at 90,112, 1.0-1.2x at 163,840-180,224; 1.65x at 131,072 against the faster ZeRO-3 of 2026-12-03")
 
 
 @dataclass

@@ -42,3 +42,14 @@ def test_plan_says_the_batch_it_picks_for_offload(recipe):
     out = json.loads(proc.stdout)
     assert out["choice"] == "zero3_offload" and out["grad_accum"] == 8
     assert any(r.startswith("gradient accumulation 8") for r in out["reasons"])
+
+
+def test_plan_reports_the_largest_micro_batch_that_fits(recipe):
+    args = ("plan", "--model", "llama-1b", "--accelerator", "gpu", "--gpus", "1", "--cpu-memory-gib", "64",
+            "--micro-batch-size", "4", "--seq-len", "2048")
+    big, small = (json.loads(recipe(*args, "--gpu-memory-gib", gib, "--json").stdout) for gib in ("141", "40"))
+    assert big["choice"] == small["choice"] == "fsdp"
+    assert big["largest_micro_batch"] > small["largest_micro_batch"] >= 1
+    proc = recipe(*args, "--gpu-memory-gib", "141")
+    assert f"micro-batch: up to {big['largest_micro_batch']} fits with fsdp" in proc.stdout
+    assert json.loads(recipe(*args[:3], "--accelerator", "cpu", "--json").stdout)["largest_micro_batch"] is None

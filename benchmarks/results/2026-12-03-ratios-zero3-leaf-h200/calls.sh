@@ -23,3 +23,13 @@ step 150 $NEW z3b python3 benchmarks/gpu_strategies.py --strategies zero3 --out 
 step 170 $NEW offraw python3 benchmarks/gpu_strategies.py --strategies zero3_offload --out /tmp/w/offraw
 step 110 $NEW offomp4 env OMP_NUM_THREADS=4 python3 benchmarks/gpu_strategies.py --strategies zero3_offload --out /tmp/w/off4 --no-raw --warmup 2 --steps 5 --grad-accum 8 --tag omp4_ga8
 for d in z3b offraw off4; do [ -f /tmp/w/$d/gpu_strategies.json ] && cp /tmp/w/$d/gpu_strategies.json $OUT/$d.json && cat /tmp/w/$d/gpu_strategies.md; done; echo total $(el)s
+# call 4: SDPA backend under Liger (plain loop), and pinned memory off for ZeRO-3 offload at the selector's batch
+END=${END:-330}
+source .gpu/prefix.sh
+L="python3 benchmarks/gpu_levers.py --liger --compile none"
+for a in default flash efficient default; do
+  left=$(( END - $(el) )); [ $left -lt 60 ] && break
+  PYTHONPATH=$NEW timeout $((left-5)) $L --attention $a --tag att_$a 2>&1 | grep '^{' | tee -a $OUT/att.jsonl
+done
+step 110 $NEW nopin python3 benchmarks/gpu_strategies.py --strategies zero3_offload --out /tmp/w/nopin --no-raw --warmup 2 --steps 5 --grad-accum 8 --tag nopin_ga8 --extra=--deepspeed-config=.gpu/nopin.json
+[ -f /tmp/w/nopin/gpu_strategies.json ] && cp /tmp/w/nopin/gpu_strategies.json $OUT/nopin.json && cat /tmp/w/nopin/gpu_strategies.md; grep -i "error" /tmp/w/nopin/*.log | tail -3; echo total $(el)s
