@@ -179,7 +179,7 @@ class ZeRO(Strategy):
         load_into_partitioned(model, source)
         # One ZeRO-3 fetch and release per decoder layer (a DeepSpeed "leaf module") instead of one per
         # linear and norm: +14% tokens/s on one H200 (55,605 and 56,340 -> 63,796 and 63,586, llama-1b;
-        # results/2026-12-03-zero3-leaf-h200.md). model_state_bytes counts a whole layer as the unit fetched.
+        # results/2026-12-03-ratios-zero3-leaf-h200.md). model_state_bytes counts a whole layer as the unit fetched.
         set_z3_leaf_modules(model, [type(model.model.layers[0])])
         return model
 
