@@ -16,7 +16,8 @@ from shardlab.core.config import RunConfig, field_help, load_config
 from shardlab.core.errors import RunFailed, UserError
 from shardlab.core.strategy import OptimizerSpec, RunContext
 from shardlab.recipes import data as data_lib
-from shardlab.recipes.model import flops_per_token, initial_folder, model_source
+from shardlab.recipes.model import flops_per_token, initial_folder
+from shardlab.recipes.weights import model_source
 
 # Dense bf16 peak per GPU for MFU (vendor datasheets; H200 has the H100's compute).
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}

@@ -5,11 +5,12 @@ from deepspeed.utils import z3_leaf_module
 
 from shardlab.core import memory, registry
 from shardlab.recipes import model as model_lib
+from shardlab.recipes.weights import model_source
 
 
 def test_zero3_marks_every_decoder_layer_as_one_fetch(cache_dir, monkeypatch):
     monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
-    source = model_lib.model_source(model_lib.initial_folder("tiny", seed=0))
+    source = model_source(model_lib.initial_folder("tiny", seed=0))
     model = registry.get("zero3").build().build_model(source, module=None)  # one process: nothing partitioned
     assert all(z3_leaf_module(layer) for layer in model.model.layers)
     assert not z3_leaf_module(model) and not z3_leaf_module(model.model)
