@@ -63,9 +63,9 @@ def run_raw(out: Path, name: str, mb: int, steps: int) -> dict:
 
 
 def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], tag: str, warmup: int = WARMUP,
-                 grad_accum: int = 1) -> dict:
+                 grad_accum: int = 1, model: str = "llama-1b") -> dict:
     folder = out / f"{tag}-{name}-{time.time_ns()}"
-    cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", "--strategy", name, "--model", "llama-1b",
+    cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", "--strategy", name, "--model", model,
            "--precision", "bf16-mixed", "--micro-batch-size", str(mb), "--seq-len", "2048", "--grad-accum", str(grad_accum),
            "--max-steps", str(steps + warmup), "--no-export", "--metrics", "none", "--output", str(folder), *extra]
     t0 = time.perf_counter()
@@ -81,6 +81,7 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
     return {"rc": 0, "tokens_per_s": round(tokens_per_s), "mfu": s["mfu"] and s["mfu"] * tokens_per_s / s["tokens_per_s"],
             "peak_memory_bytes": max(s["peak_memory_bytes"]), "losses": [round(x, 4) for x in s["losses"][:4]],
             "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]], "wall_s": wall,
+            "estimate_gpu_bytes": (s.get("memory_estimate") or {}).get("gpu_bytes"), "config": s["config"],
             "command": "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
 
 
@@ -91,6 +92,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="2: raw, shardlab, shardlab, raw (ABBA)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps after 5 warm-up steps")
     ap.add_argument("--micro-batch-size", type=int, default=8)
+    ap.add_argument("--model", default="llama-1b", help="shardlab's --model (the raw anchor is always llama-1b)")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (shardlab side only)")
     ap.add_argument("--warmup", type=int, default=WARMUP, help="untimed optimizer steps before the timed ones")
     ap.add_argument("--extra", default="", help="more flags for recipe run (a lever)")
@@ -113,7 +115,7 @@ def main() -> None:
 
     for name in a.strategies.split(","):
         # the anchor has no gradient accumulation and a fixed warm-up of 5: other settings run shardlab alone
-        matched = a.grad_accum == 1 and a.warmup == WARMUP
+        matched = a.grad_accum == 1 and a.warmup == WARMUP and a.model == "llama-1b"
         raw_name = None if a.no_raw or not matched else RAW_NAME.get(name, name)
         shard, raw = [], []
         for r in range(a.rounds):
@@ -123,16 +125,17 @@ def main() -> None:
                     raw.append(run_raw(out, raw_name, a.micro_batch_size, a.steps))
                 elif side == "shardlab":
                     shard.append(run_shardlab(out, name, a.micro_batch_size, a.steps, a.extra.split(), a.tag, a.warmup,
-                                              a.grad_accum))
+                                              a.grad_accum, a.model))
         ok_s, ok_r = [x for x in shard if x["rc"] == 0], [x for x in raw if x["rc"] == 0]
-        row = {"strategy": name, "tag": a.tag, "extra": a.extra, "micro_batch_size": a.micro_batch_size,
+        row = {"strategy": name, "tag": a.tag, "model": a.model, "extra": a.extra, "micro_batch_size": a.micro_batch_size,
                "grad_accum": a.grad_accum, "timed_steps": a.steps, "warmup_steps": a.warmup, "runs": shard + raw}
         # MFU is proportional to tokens/s: the row's is that of its median tokens/s
         mfu_at = lambda runs, tps: runs[0]["mfu"] and runs[0]["mfu"] * tps / runs[0]["tokens_per_s"]
         if ok_s:
             tps = round(statistics.median(x["tokens_per_s"] for x in ok_s))
             row.update(tokens_per_s=tps, mfu=mfu_at(ok_s, tps),
-                       peak_memory_bytes=ok_s[0]["peak_memory_bytes"], losses=ok_s[0]["losses"], command=ok_s[0]["command"])
+                       peak_memory_bytes=ok_s[0]["peak_memory_bytes"], losses=ok_s[0]["losses"], command=ok_s[0]["command"],
+                       estimate_gpu_bytes=ok_s[0]["estimate_gpu_bytes"], config=ok_s[0]["config"])
         if ok_r:
             tps = round(statistics.median(x["tokens_per_s"] for x in ok_r))
             row.update(raw_tokens_per_s=tps, raw_mfu=mfu_at(ok_r, tps),
@@ -143,13 +146,14 @@ def main() -> None:
         save(row)
 
     lines = [f"date {doc['date']}, device {doc['device']}, versions {doc['versions']}", "",
-             "| strategy | setting | tokens/s | raw Lightning tokens/s | ratio | MFU | peak GiB | raw peak GiB |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model | strategy | setting | tokens/s | raw Lightning tokens/s | ratio | MFU | peak GiB | estimate GiB | raw peak GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
-        gib = lambda k: f"{r[k] / 2**30:.1f}" if k in r else "-"
-        lines.append(f"| {r['strategy']} | {r['tag']} | {r.get('tokens_per_s', 'failed')} | {r.get('raw_tokens_per_s', '-')} | "
-                     f"{r.get('ratio', '-')} | {r['mfu']:.1%} | {gib('peak_memory_bytes')} | {gib('raw_peak_memory_bytes')} |"
-                     if "mfu" in r else f"| {r['strategy']} | {r['tag']} | failed | | | | | |")
+        gib = lambda k: f"{r[k] / 2**30:.1f}" if r.get(k) else "-"
+        lines.append(f"| {r.get('model', 'llama-1b')} | {r['strategy']} | {r['tag']} | {r.get('tokens_per_s', 'failed')} | "
+                     f"{r.get('raw_tokens_per_s', '-')} | {r.get('ratio', '-')} | {r['mfu']:.1%} | {gib('peak_memory_bytes')} | "
+                     f"{gib('estimate_gpu_bytes')} | {gib('raw_peak_memory_bytes')} |"
+                     if "mfu" in r else f"| {r.get('model', 'llama-1b')} | {r['strategy']} | {r['tag']} | failed | | | | | | |")
     (out / "gpu_strategies.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

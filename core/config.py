@@ -20,7 +20,8 @@ class RunConfig(BaseModel):
     offload: Optional[Literal["optimizer", "all"]] = None
     """Move the optimizer (or optimizer and parameters) to CPU: picks the offloading preset of the strategy's family."""
     model: str = "tiny"
-    """`tiny`, `llama-1b` (TinyLlama's shape), `llama-7b|13b|70b` (Llama-2 shapes; random weights) or a local HF Llama folder."""
+    """A shipped shape (`recipe models`: tiny, tinyllama-1.1b, llama-2-7b, llama-3.1-8b, llama-3.2-1b, ...; random
+    weights), a local HF Llama folder, or, for `recipe plan` only, a config.json or a folder holding just that."""
     data: Optional[str] = None
     """Local .txt/.md/.jsonl file or folder of them; default: the corpus shipped with shardlab."""
     accelerator: Literal["cpu", "gpu", "auto"] = "auto"

@@ -34,6 +34,13 @@ class Shape:
     kv_heads: int
     intermediate: int
     vocab: int
+    tied: bool  # embeddings and lm_head share one matrix, counted once in `params`
+    head_dim: int = 0  # width of one attention head (config.head_dim; hidden / heads where not given)
+
+    def describe(self) -> dict:
+        """The model's facts as `recipe plan --json`, `recipe models` and summary.json report them."""
+        return {"params": self.params, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
+                "kv_heads": self.kv_heads, "intermediate": self.intermediate, "vocab": self.vocab, "tied": self.tied}
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class Estimate:
 
 
 def shape_of(config) -> Shape:
-    """Counts parameters of a transformers Llama config on the meta device: nothing is allocated."""
+    """Counts unique parameters of a transformers Llama config on the meta device: nothing is allocated."""
     return _shape_of(config.to_json_string())
 
 
@@ -94,15 +101,23 @@ def _shape_of(config_json: str) -> Shape:
     from accelerate import init_empty_weights
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    try:  # transformers >= 5
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        from transformers.modeling_utils import no_init_weights
+
     config = LlamaConfig(**json.loads(config_json))
-    with init_empty_weights():
+    with init_empty_weights(), no_init_weights():  # no random init of meta tensors: 5x faster
         model = LlamaForCausalLM(config)
-    params = sum(p.numel() for p in model.parameters())
+    model.tie_weights()  # transformers 5 leaves a model built under init_empty_weights untied
+    params = sum(p.numel() for p in model.parameters())  # unique: parameters() yields a shared matrix once
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     layer = sum(p.numel() for p in model.model.layers[0].parameters())
     return Shape(params=params, largest_layer_params=largest, decoder_layer_params=layer,
                  hidden=config.hidden_size, layers=config.num_hidden_layers, heads=config.num_attention_heads,
-                 kv_heads=config.num_key_value_heads, intermediate=config.intermediate_size, vocab=config.vocab_size)
+                 kv_heads=config.num_key_value_heads, intermediate=config.intermediate_size, vocab=config.vocab_size,
+                 tied=model.lm_head.weight is model.model.embed_tokens.weight,
+                 head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
 def activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
@@ -116,7 +131,7 @@ def activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
     Activation checkpointing per decoder layer keeps each layer's input (2h) plus one layer recomputed.
     Autocast over fp32 parameters keeps the two norm inputs in fp32 (+4h).
     """
-    kv = s.kv_heads * (s.hidden // s.heads)
+    kv = s.kv_heads * (s.head_dim or s.hidden // s.heads)
     scale = w.compute_bytes / 2
     per_layer = (22 * s.hidden + 8 * s.intermediate + 4 * kv) * scale + (4 * s.hidden if fp32_residual else 0)
     tokens = w.micro_batch_size * w.seq_len
@@ -206,6 +221,9 @@ def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
     gathered from forward through backward, while each decoder layer is resharded after its forward, so
     at the peak (the logits and the loss, end of forward / start of backward) no decoder layer is gathered.
     Offload moves the sharded part to CPU.
+    CPU while loading: the model is built on the meta device and sharded, then each rank reads only its rows
+    of one tensor at a time from the safetensors files (strategies/fsdp.py load_shards): per rank, one slice
+    of the largest tensor as read and in fp32; measured on CPU in tests/strategies/test_loading.py.
     Fixed overhead: measured 0. On one H200 (llama-1b, results/2026-12-02-memory-h200.md), the four
     fsdp_offload points (micro-batch 4 and 8, checkpointing on and off) sit -105..+8 MiB from sharded
     states + root + activations + logits, without the 512 MiB the other backends show."""
@@ -213,7 +231,7 @@ def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
     sharded = int(s.params * 4 * m / w.world_size)
     root = s.params - s.layers * s.decoder_layer_params
     gathered = root * w.compute_bytes
-    load = int(4 * s.params * w.gpus_per_node * 1.5)  # each rank loads the fp32 model on CPU first
+    load = w.gpus_per_node * 2 * 4 * -(-s.largest_layer_params // w.world_size)
     if offload:
         return ModelStates(gpu=gathered, cpu=load + sharded * w.gpus_per_node, fixed_overhead=0)
     return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0)

@@ -116,15 +116,21 @@ class OptimizerSpec:
 
 @dataclass
 class ModelSource:
-    """Where the initial weights live: a Hugging Face folder every strategy loads from."""
+    """Where the initial weights live: a Hugging Face folder every strategy loads from.
+
+    Tied embeddings (Llama 3.2): every model built here shares one matrix between `model.embed_tokens`
+    and `lm_head`, and `named_parameters()` lists it once, as `model.embed_tokens.weight`.
+    """
 
     folder: str
     load_full: Callable[[], torch.nn.Module]
     """Loads the whole model on CPU in fp32 (from_pretrained on the folder)."""
-    build_empty: Callable[[], torch.nn.Module]
-    """Builds the architecture without loading weights (random init, to be overwritten)."""
-    tensors: Callable[[], Iterable[tuple[str, torch.Tensor]]] = field(repr=False, default=None)  # type: ignore[assignment]
-    """Yields (name, tensor) pairs from the folder's weight files, one at a time."""
+    build_empty: Callable[..., torch.nn.Module]
+    """build_empty(meta=False): the architecture without loading weights, to be overwritten. meta=True puts
+    the parameters on the meta device (nothing allocated; buffers such as rotary frequencies stay real)."""
+    read: Callable[..., torch.Tensor] = field(repr=False, default=None)  # type: ignore[assignment]
+    """read(name, rows=None): one parameter from the folder's safetensors files in fp32, by its
+    `named_parameters()` name; rows=(start, stop) reads only those rows of dim 0 (a rank's shard)."""
 
 
 class Strategy(ABC):

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("start one run across nodes through torchrun or SLURM, after validating it", "launch"),
     "export-config": ("write the DeepSpeed JSON or Accelerate YAML that reproduces a run", "export_config"),
     "strategies": ("list the registered strategy presets", "strategies_cmd"),
+    "models": ("list the shipped model shapes with their parameter counts", "models_cmd"),
     "doctor": ("versions, which strategies run here, DeepSpeed ops, known-bad version combinations", "doctor"),
 }
 

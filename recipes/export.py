@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 import torch
 
 from shardlab.core.errors import RunFailed
+from shardlab.recipes.weights import tie
 
 # Max |logit difference| / max(1, max |logit|) allowed between the trained model and the reloaded export.
 # fp32: both sides compute the same thing; 16-bit: the export holds the fp32 master weights while a
@@ -28,6 +29,20 @@ def _logits(model: torch.nn.Module, batch: torch.Tensor, precision: str) -> torc
     dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16") else None
     with torch.no_grad(), torch.autocast(batch.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
         return model(input_ids=batch).logits.float()
+
+
+def _for_shell(state: dict[str, torch.Tensor], config, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The state dict in `dtype` with every key a freshly built model expects. Under tied embeddings some
+    backends list lm_head.weight and others do not (named_parameters lists a shared matrix once): it is the
+    embedding matrix, and a copy that differs from it means the tie broke in training."""
+    out = {k: v.to(dtype) for k, v in state.items()}
+    if getattr(config, "tie_word_embeddings", False):
+        lm_head, embed = out.get("lm_head.weight"), out["model.embed_tokens.weight"]
+        if lm_head is not None and not lm_head.equal(embed):
+            raise ExportError("hf export: lm_head.weight differs from model.embed_tokens.weight in a model with "
+                              "tied embeddings: the tie did not survive training; the export is not written")
+        out["lm_head.weight"] = embed
+    return out
 
 
 class HFExport(pl.Callback):
@@ -65,7 +80,8 @@ class HFExport(pl.Callback):
             config.dtype = dtype
             with torch.device("meta"):
                 shell = LlamaForCausalLM(config)
-            shell.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=True)
+            shell.load_state_dict(_for_shell(state, config, dtype), assign=True, strict=True)
+            tie(shell)  # assign=True gave embed_tokens a new tensor: lm_head shares it again
             shell.save_pretrained(tmp, safe_serialization=True)
             AutoTokenizer.from_pretrained(self.source_folder).save_pretrained(tmp)
             reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype).to(device).eval()

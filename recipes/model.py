@@ -1,4 +1,12 @@
-"""The model side of the recipe: shipped configs, the initial-weights folder, and how to load it."""
+"""The model side of the recipe: shipped shapes, a model's config, and the initial-weights folder.
+
+Shipped shapes are `recipes/configs/models/NAME.json`: the published config.json values of each model
+(TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T, meta-llama/Llama-2-{7,13,70}b-hf,
+meta-llama/Llama-3.1-{8,70,405}B, meta-llama/Llama-3.2-{1,3}B on the Hugging Face hub), two tiny test
+shapes, and the older names (`alias_of`), kept with the values shardlab shipped under them so that their
+cached weights and measurements stay valid. Built with random weights, every shape gets the byte-level
+tokenizer below (bos 0, eos 1, pad 1), whatever ids the published model uses.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -6,27 +14,31 @@ import json
 import os
 import shutil
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 import torch
 
 from shardlab.core.errors import UserError
 
-# Shipped architectures, built with random weights from the run's seed.
-SHIPPED: dict[str, dict] = {
-    "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=4, vocab_size=320, max_position_embeddings=2048),
-    # TinyLlama-1.1B's shape.
-    "llama-1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-                     num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
-    # Llama-2 shapes, for planning (running them builds random weights of that size).
-    "llama-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-                     num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096),
-    "llama-13b": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
-                      num_key_value_heads=40, vocab_size=32000, max_position_embeddings=4096),
-    "llama-70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
-                      num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096),
-}
+# Keys of a shipped file that are not LlamaConfig arguments.
+_META_KEYS = ("model_type", "alias_of")
+# What a config must give: LlamaConfig would silently fill each with Llama-7B's value.
+REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _read_shapes() -> dict[str, dict]:
+    folder = resources.files("shardlab.recipes").joinpath("configs/models")
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".json")), key=lambda f: f.name)
+    return {f.name[: -len(".json")]: json.loads(f.read_text()) for f in files}
+
+
+SHAPES: dict[str, dict] = _read_shapes()
+"""name -> the shipped file's contents."""
+SHIPPED: dict[str, dict] = {name: {k: v for k, v in d.items() if k not in _META_KEYS} for name, d in SHAPES.items()}
+"""name -> the LlamaConfig arguments that name builds."""
+ALIASES: dict[str, str] = {name: d["alias_of"] for name, d in SHAPES.items() if "alias_of" in d}
+"""older name -> the shape it stands for (same architecture and parameter count)."""
 
 
 def cache_dir() -> Path:
@@ -63,53 +75,84 @@ def _atomic_folder(final: Path, write) -> Path:
 
 
 def initial_folder(model: str, seed: int) -> Path:
-    """The Hugging Face folder every strategy starts from: a user's folder, or a shipped config built once per seed."""
+    """The Hugging Face folder every strategy starts from: a user's folder, or a shipped shape built once per seed."""
     if model not in SHIPPED:
         return check_llama_folder(model)
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     spec = SHIPPED[model]
     key = hashlib.sha256(json.dumps([spec, seed], sort_keys=True).encode()).hexdigest()[:12]
 
     def write(tmp: Path) -> None:
         torch.manual_seed(seed)
-        LlamaForCausalLM(model_config(model)).save_pretrained(tmp)
+        built = LlamaForCausalLM(model_config(model))
+        built.tie_weights()  # tied shapes share one matrix (and save it once)
+        built.save_pretrained(tmp)
         byte_tokenizer().save_pretrained(tmp)
 
     return _atomic_folder(cache_dir() / "init" / f"{model}-seed{seed}-{key}", write)
 
 
 def model_config(model: str):
-    """The model's transformers config, without weights: a shipped shape or a local folder's config.json."""
-    from transformers import AutoConfig, LlamaConfig
+    """The model's transformers config, without weights: a shipped name, a local folder's config.json, or a config.json."""
+    from transformers import LlamaConfig
 
     if model in SHIPPED:
         return LlamaConfig(**SHIPPED[model], bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    return AutoConfig.from_pretrained(check_llama_folder(model))
+    return LlamaConfig.from_dict(read_llama_config(model))
+
+
+def read_llama_config(path: str) -> dict:
+    """The checked contents of a folder's config.json, or of a .json file: a Llama config with its shape given."""
+    given = Path(path)
+    if not given.exists():
+        known = sorted(SHIPPED, key=lambda name: (name in ALIASES, name))
+        raise UserError(f"--model {path}: neither a shipped model nor an existing path; known: {', '.join(known)} "
+                        f"(`recipe models`), or a local Hugging Face Llama folder or its config.json")
+    if given.is_file() and given.suffix != ".json":
+        raise UserError(f"--model {path}: is a file, not a model folder or config.json")
+    file = given / "config.json" if given.is_dir() else given
+    try:
+        cfg = json.loads(file.read_text())
+    except (OSError, ValueError):
+        raise UserError(f"--model {path}: no readable config.json; is this a Hugging Face model folder?") from None
+    if not isinstance(cfg, dict) or cfg.get("model_type") != "llama":
+        kind = cfg.get("model_type") if isinstance(cfg, dict) else None
+        raise UserError(f"--model {path}: model_type is {kind!r}, shardlab's recipe trains Llama models")
+    missing = [k for k in REQUIRED if k not in cfg]
+    if missing:
+        raise UserError(f"--model {path}: {file.name} lacks {', '.join(missing)}; a Llama config needs {', '.join(REQUIRED)}")
+    return cfg
 
 
 def check_llama_folder(path: str) -> Path:
+    """A folder `recipe run` can train from: a Llama config.json, weights and a tokenizer."""
+    read_llama_config(path)
     folder = Path(path)
+    plan = f"`recipe plan --model {path}` works without them"
     if not folder.is_dir():
-        raise UserError(f"--model {path}: no such folder; give one of {', '.join(SHIPPED)} or a local Hugging Face Llama folder")
-    cfg_file = folder / "config.json"
-    try:
-        cfg = json.loads(cfg_file.read_text())
-    except (OSError, ValueError):
-        raise UserError(f"--model {path}: no readable config.json; is this a Hugging Face model folder?") from None
-    if cfg.get("model_type") != "llama":
-        raise UserError(f"--model {path}: model_type is {cfg.get('model_type')!r}, shardlab's recipe trains Llama models")
+        raise UserError(f"--model {path}: a config.json has no weights: training needs a Llama folder with weights "
+                        f"and a tokenizer ({plan})")
     if not (list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))):
-        raise UserError(f"--model {path}: no weight files (*.safetensors) in the folder")
+        raise UserError(f"--model {path}: no weight files (*.safetensors) in the folder: training needs weights ({plan})")
     if not ((folder / "tokenizer.json").exists() or (folder / "tokenizer.model").exists()):
         raise UserError(f"--model {path}: no tokenizer (tokenizer.json or tokenizer.model) in the folder")
     return folder
 
 
 def flops_per_token(config, seq_len: int) -> float:
-    """Training FLOPs per token: 6N + 12·L·d·S (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu)."""
+    """Training FLOPs per token: 6N + 12·L·H·Q·S (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu).
+
+    N counts unique parameters (a tied embedding once, as memory.shape_of does); H·Q is heads x head_dim,
+    the width of the attention (q and o are hidden x H·Q, k and v hidden x kv_heads·Q)."""
     h, L, v, i = config.hidden_size, config.num_hidden_layers, config.vocab_size, config.intermediate_size
-    kv = config.num_key_value_heads * (h // config.num_attention_heads)
-    per_layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h  # q,o + k,v + MLP + 2 norms
-    n = L * per_layer + 2 * v * h + h  # + embeddings, lm_head, final norm
-    return 6 * n + 12 * L * h * seq_len
+    head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
+    q, kv = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
+    per_layer = 2 * h * q + 2 * h * kv + 3 * h * i + 2 * h  # q,o + k,v + MLP + 2 norms
+    if getattr(config, "attention_bias", False):
+        per_layer += q + 2 * kv + h
+    if getattr(config, "mlp_bias", False):
+        per_layer += 2 * i + h
+    embeddings = (1 if config.tie_word_embeddings else 2) * v * h  # embeddings and lm_head, one matrix when tied
+    n = L * per_layer + embeddings + h  # + final norm
+    return 6 * n + 12 * L * q * seq_len

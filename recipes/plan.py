@@ -98,12 +98,15 @@ def main(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(resolved.model_dump(), sort_keys=False), end="")
         return 0
     headroom = largest_micro_batch(cfg, hw, work, decision.choice)
+    shape = memory.shape_of(model_config(cfg.model))  # counted once: shape_of is cached
     if args.json:
-        print(json.dumps({"choice": decision.choice, "grad_accum": grad_accum, "largest_micro_batch": headroom,
-                          "reasons": decision.reasons, "strategies": rows,
+        print(json.dumps({"model": {"name": cfg.model, **shape.describe()}, "choice": decision.choice, "grad_accum": grad_accum,
+                          "largest_micro_batch": headroom, "reasons": decision.reasons, "strategies": rows,
                           "hardware": hw.model_dump(), "workload": vars(work)}, indent=2))
         return 0
     where = "GPU" if hw.accelerator == "gpu" else "rank"
+    size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.2f}M"
+    print(f"model: {cfg.model}, {size} parameters{' (tied embeddings)' if shape.tied else ''}")
     print(f"hardware: {hw.describe()}; workload: micro-batch {work.micro_batch_size} x seq {work.seq_len}, "
           f"{work.precision}, activation checkpointing {'on' if work.activation_checkpointing else 'off'}")
     print(f"{'strategy':<20} {'per ' + where:>12} {'CPU per node':>13}  fits")

@@ -17,7 +17,7 @@ from shardlab.core.errors import RunFailed, UserError
 from shardlab.core.strategy import OptimizerSpec, RunContext
 from shardlab.recipes import data as data_lib
 from shardlab.recipes.model import flops_per_token, initial_folder
-from shardlab.recipes.weights import model_source
+from shardlab.recipes.weights import check_weights, model_source
 
 # Dense bf16 peak per GPU for MFU (vendor datasheets; H200 has the H100's compute).
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -126,6 +126,7 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
     from transformers import AutoConfig, AutoTokenizer
 
     model_cfg = AutoConfig.from_pretrained(folder)
+    check_weights(folder, model_cfg)
     if cfg.seq_len > model_cfg.max_position_embeddings:
         raise UserError(f"--seq-len {cfg.seq_len}: the model takes at most {model_cfg.max_position_embeddings} tokens")
     blocks = data_lib.token_blocks(texts, AutoTokenizer.from_pretrained(folder), cfg.seq_len)
@@ -136,9 +137,10 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
 
         resume = checkpoint.resolve_resume(cfg.resume, Path(cfg.output))
         checkpoint.check_resume(resume, checkpoint.run_identity(cfg, preset.name, ctx.world_size, model_cfg), cfg.max_steps)
-    estimate = memory.estimate(strategy, memory.shape_of(model_cfg), workload(cfg, cfg.devices, cfg.precision))
+    shape = memory.shape_of(model_cfg)
+    estimate = memory.estimate(strategy, shape, workload(cfg, cfg.devices, cfg.precision))
     return dict(cfg=cfg, preset=preset, strategy=strategy, ctx=ctx, folder=folder, model_cfg=model_cfg, blocks=blocks,
-                decision=decision, estimate=estimate, resume=resume)
+                decision=decision, estimate=estimate, resume=resume, shape=shape)
 
 
 def train(p: dict[str, Any]) -> dict[str, Any] | None:
@@ -194,7 +196,7 @@ def train(p: dict[str, Any]) -> dict[str, Any] | None:
         "memory_estimate": _estimate_dict(p["estimate"]),
         "resumed_from": str(p["resume"]) if p["resume"] else None,
         "auto": {"choice": p["decision"].choice, "reasons": p["decision"].reasons} if p["decision"] else None,
-        "config": cfg.model_dump(), "model_folder": str(p["folder"]),
+        "config": cfg.model_dump(), "model_folder": str(p["folder"]), "model": {"name": cfg.model, **p["shape"].describe()},
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
     }
     if trainer.global_rank != 0:

@@ -217,15 +217,15 @@ class ZeRO(Strategy):
 
 
 def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
-    """Copy the folder's weights into ZeRO-3 partitioned parameters: rank 0 reads, DeepSpeed scatters."""
+    """Copy the folder's weights into ZeRO-3 partitioned parameters: rank 0 reads one tensor at a time,
+    DeepSpeed scatters it. A tied embedding is one parameter here (named_parameters lists it once)."""
     import deepspeed
 
     rank0 = is_rank_zero()
-    tensors = dict(source.tensors()) if rank0 else {}
     for name, param in model.named_parameters():
         with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
             if rank0:
-                param.data.copy_(tensors[name])
+                param.data.copy_(source.read(name))
     if dist.is_initialized():
         dist.barrier()
 

@@ -46,7 +46,9 @@ class FSDP2(Strategy):
         return cls(data_parallel_size=ctx.world_size, tensor_parallel_size=1, save_distributed_checkpoint=True)
 
     def build_model(self, source: ModelSource, module) -> torch.nn.Module:
-        model = source.load_full()
+        # Built on the meta device and sharded before any weight exists; each rank then reads only its own
+        # rows of each tensor: at most one copy of the weights per node, never the whole model in one rank.
+        model = source.build_empty(meta=True)
         mesh = module.device_mesh["data_parallel"]
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
         assert self._ctx is not None
@@ -61,6 +63,8 @@ class FSDP2(Strategy):
         for layer in model.model.layers:
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
+        on_gpu = mesh.device_type == "cuda" and not self.offload  # offload keeps the shards in CPU memory
+        load_shards(model, source, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
         return model
 
     def precision_plan(self, ctx: RunContext) -> PrecisionPlan:
@@ -89,6 +93,26 @@ class FSDP2(Strategy):
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return {k: v.detach().to(torch.float32) for k, v in state.items()} if is_rank_zero() else None
+
+
+def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.device) -> None:
+    """Materialise a meta-device model sharded by fully_shard and fill each rank's rows from the folder.
+
+    FSDP2 shards every parameter on dim 0 in torch.chunk's way: rank r holds rows [r*c, r*c + local) with
+    c = ceil(rows / world). Buffers (rotary frequencies) were built for real and survive to_empty.
+    """
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, b in buffers.items():
+            model.get_buffer(name).copy_(b)
+        for name, param in model.named_parameters():
+            local = param.to_local()
+            if local.numel() == 0:  # more ranks than rows: this rank holds nothing of it
+                continue
+            chunk = -(-param.shape[0] // param.device_mesh.size())
+            start = param.device_mesh.get_local_rank() * chunk
+            local.copy_(source.read(name, rows=(start, start + local.shape[0])))
 
 
 _FSDP_CAPS = dict(shards_optimizer=True, shards_gradients=True, shards_parameters=True,

@@ -23,6 +23,16 @@ def test_llama_1b_parameter_count_from_meta_device():
     assert s.params == 1_100_048_384 and s.largest_layer_params == 32000 * 2048
 
 
+def test_tied_embeddings_are_counted_once():
+    tied = model_config("llama-3.2-1b")
+    untied = model_config("llama-3.2-1b")
+    untied.tie_word_embeddings = False
+    a, b = memory.shape_of(tied), memory.shape_of(untied)
+    assert a.tied and not b.tied and a.params == 1_235_814_400
+    assert b.params - a.params == a.vocab * a.hidden  # lm_head's own matrix
+    assert not memory.shape_of(model_config("llama-1b")).tied
+
+
 def test_70b_shape_is_counted_without_allocating():
     t0 = time.perf_counter()
     s = memory.shape_of(model_config("llama-70b"))

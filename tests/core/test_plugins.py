@@ -78,11 +78,14 @@ def test_example_plugin_is_listed_apart(recipe, zero1_path):
 
 
 def test_example_plugin_trains_and_compares_with_ddp(recipe, zero1_path, tmp_path):
-    proc = recipe("compare", "--strategies", "ddp,zero1", "--accelerator", "cpu", "--devices", "2",
-                  "--max-steps", "5", "--output", tmp_path, pythonpath=zero1_path)
+    # on the Llama-3 test shape (tied embeddings, 128k vocabulary): the plug-in trains and exports it tied
+    proc = recipe("compare", "--strategies", "ddp,zero1", "--accelerator", "cpu", "--devices", "2", "--model", "tiny-llama3",
+                  "--micro-batch-size", "2", "--seq-len", "64", "--max-steps", "5", "--output", tmp_path, pythonpath=zero1_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["parity"] is True and len(m["strategies"]["zero1"]["losses"]) == 5
+    hf = next(tmp_path.glob("runs/zero1*/hf"))
+    assert json.loads((hf / "config.json").read_text())["tie_word_embeddings"] is True
 
 
 def test_example_plugin_takes_part_in_the_plan(recipe, zero1_path):

@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+
+from shardlab.recipes.model import SHAPES
 
 
 def _cases(tmp):
     (tmp / "notllama").mkdir()
     (tmp / "notllama" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    (tmp / "noweights").mkdir()
-    (tmp / "noweights" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp / "noweights").mkdir()  # a whole Llama config, no weights: plans, does not train
+    (tmp / "noweights" / "config.json").write_text(json.dumps(SHAPES["tiny-llama3"]))
+    (tmp / "noshape").mkdir()
+    (tmp / "noshape" / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 320}))
     (tmp / "empty").mkdir()
     (tmp / "blank.txt").write_text("   \n")
     (tmp / "bad.jsonl").write_text('{"text": "ok"}\nnot json\n')
@@ -18,9 +23,15 @@ def _cases(tmp):
     (tmp / "unknown.yaml").write_text("colour: red\n")
     return {
         "unknown strategy": (["--strategy", "zero4"], "known: ddp"),
-        "missing model folder": (["--model", tmp / "nope"], "--model"),
+        "missing model folder": (["--model", tmp / "nope"], "neither a shipped model nor an existing path"),
+        "unknown model name": (["--model", "llama-9b"], "known: "),
         "not a llama folder": (["--model", tmp / "notllama"], "model_type is 'gpt2'"),
-        "llama folder without weights": (["--model", tmp / "noweights"], "no weight files"),
+        "not a llama config.json": (["--model", tmp / "notllama" / "config.json"], "model_type is 'gpt2'"),
+        "llama config without its shape": (["--model", tmp / "noshape"],
+                                           "lacks hidden_size, intermediate_size, num_hidden_layers, num_attention_heads"),
+        "llama folder without weights": (["--model", tmp / "noweights"], "no weight files (*.safetensors) in the folder: training needs weights"),
+        "config.json alone": (["--model", tmp / "noweights" / "config.json"], "`recipe plan --model"),
+        "a text file as the model": (["--model", tmp / "blank.txt"], "is a file, not a model folder or config.json"),
         "data folder without text files": (["--data", tmp / "empty"], "no .txt, .md or .jsonl"),
         "data with no text": (["--data", tmp / "blank.txt"], "hold no text"),
         "corrupt jsonl": (["--data", tmp / "bad.jsonl"], "line 2 is not JSON"),
@@ -96,6 +107,13 @@ def checkpoints(recipe, tmp_path_factory):
 
 def _across_commands(tmp, ck):
     (tmp / "ds.json").write_text("{not json")
+    (tmp / "gpt2.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 768}))
+    (tmp / "shapeless.json").write_text(json.dumps({"model_type": "llama", "intermediate_size": 176,
+                                                    "num_attention_heads": 4, "vocab_size": 320}))
+    (tmp / "notes.txt").write_text("a llama\n")
+    shutil.copytree(ck["root"] / "other-shape", tmp / "mismatched")  # weights of one shape, a config of another
+    config = json.loads((tmp / "mismatched" / "config.json").read_text())
+    (tmp / "mismatched" / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
     run = ["run", "--accelerator", "cpu", "--devices", "2", "--max-steps", "6"]
     return {
         # checkpoints and resume
@@ -118,6 +136,12 @@ def _across_commands(tmp, ck):
         "plan: absurd gpu memory": (["plan", "--gpu-memory-gib", "100000"], "--gpu-memory-gib"),
         "plan: no cpu memory": (["plan", "--cpu-memory-gib", "0"], "--cpu-memory-gib"),
         "plan: unknown model config": (["plan", "--model", "llama-999b"], "--model llama-999b"),
+        "weights that disagree with the config": (run + ["--model", tmp / "mismatched"],
+                                                  "is [64, 32] in the weights but the config.json says [96, 32]"),
+        "plan: not a llama config.json": (["plan", "--model", tmp / "gpt2.json"], "model_type is 'gpt2'"),
+        "plan: llama config.json without its shape": (["plan", "--model", tmp / "shapeless.json"],
+                                                      "lacks hidden_size, num_hidden_layers"),
+        "plan: a text file as the model": (["plan", "--model", tmp / "notes.txt"], "is a file, not a model folder"),
         "plan: nothing fits": (["plan", "--model", "llama-70b", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib",
                                 "16", "--cpu-memory-gib", "64", "--seq-len", "2048"], "no strategy fits"),
         # compare
@@ -139,7 +163,7 @@ def _across_commands(tmp, ck):
 
 
 def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, monkeypatch):
-    """With test_bad_run_inputs: 50 cases over run, plan, compare, launch, configs and checkpoints.
+    """With test_bad_run_inputs: 63 cases over run, plan, compare, launch, configs and checkpoints.
 
     The `recipe` entry point is called in this process (cli.main: what `recipe` runs, exit code as its
     return value): the same checks as a fresh process, without 28 interpreter start-ups."""

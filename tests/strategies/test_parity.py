@@ -1,7 +1,9 @@
 """The four families train the same model to the same losses (fp32, 2 CPU ranks), offload presets too."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,3 +62,38 @@ def test_hf_exports_reload_and_match_ddp_logits(train, strategy):
     ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     diff = (_logits(other["hf_export"], ids) - _logits(ddp["hf_export"], ids)).abs().max()
     assert diff < 1e-3
+
+
+# Llama 3.x at tiny scale: tied embeddings, a 128,256-token vocabulary, rope_scaling llama3, 8 query heads
+# per KV head. Every preset trains it to DDP's losses and exports it tied.
+LLAMA3 = ("--model", "tiny-llama3", "--max-steps", "3", "--micro-batch-size", "2", "--seq-len", "64", "--checkpoint-every", "2")
+PRESETS = ["zero2", "zero2_offload", "zero3", "zero3_offload", "zero3_offload_all", "fsdp", "fsdp_offload"]
+
+
+@pytest.mark.parametrize("strategy", PRESETS)
+def test_llama3_shape_every_preset_matches_ddp_and_exports_tied(train, strategy):
+    ddp, other = train("ddp", *LLAMA3), train(strategy, *LLAMA3)
+    assert rel_diff(other["losses"], ddp["losses"]) < 1e-5
+    assert other["export_check"]["max_abs_logit_diff"] <= 1e-4
+    folder = Path(other["hf_export"])
+    assert json.loads((folder / "config.json").read_text())["tie_word_embeddings"] is True
+    model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
+    assert not any(info.values()), info  # nothing missing, unexpected or newly initialised
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # one matrix, as trained
+    # summary.json counts unique parameters (the MFU's N too): the tied matrix once
+    assert other["model"]["tied"] and other["model"]["params"] == sum(p.numel() for p in model.parameters())
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        diff = (model(input_ids=ids).logits - _logits(ddp["hf_export"], ids)).abs().max()
+    assert diff < 1e-3
+
+
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp"])
+def test_llama3_shape_resumes_with_the_tie(train, recipe, tmp_path, strategy):
+    # FSDP2's distributed checkpoint and DeepSpeed's shards both hold the shared matrix once
+    full = train(strategy, *LLAMA3)
+    resumed = recipe("run", "--strategy", strategy, "--accelerator", "cpu", "--devices", "2", "--output", tmp_path / "r",
+                     *LLAMA3, "--resume", Path(full["output"]) / "checkpoints" / "step-000002")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    losses = json.loads((tmp_path / "r" / "summary.json").read_text())["losses"]
+    assert rel_diff(losses, full["losses"]) <= 1e-5
