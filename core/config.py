@@ -34,13 +34,15 @@ class RunConfig(BaseModel):
     """Lightning precision; `auto` is bf16-mixed on a GPU with bf16, else 32-true."""
     max_steps: int = Field(50, ge=1)
     """Optimizer steps to train."""
-    micro_batch_size: int = Field(4, ge=1)
-    """Sequences per rank per forward pass."""
+    micro_batch_size: Union[int, Literal["auto"], None] = None
+    """Sequences per rank per forward pass, or `auto`: the largest the memory estimate fits; default 4 on CPU, auto on GPUs."""
+    global_batch_size: Optional[int] = Field(None, ge=1)
+    """Sequences per optimizer step over all ranks; sets the accumulation to N / (micro-batch x world size)."""
     grad_accum: Optional[int] = Field(None, ge=1)
     """Micro-batches accumulated per optimizer step; default 1, or, when `--strategy auto` picks CPU offload
     on GPUs, enough for 131,072 tokens per GPU per step (the selector says how many and why)."""
-    seq_len: int = Field(128, ge=8)
-    """Tokens per training sequence."""
+    seq_len: Optional[int] = Field(None, ge=8)
+    """Tokens per training sequence; default: the model's context up to 2048 (the tiny test shapes: 128)."""
     lr: float = Field(1e-3, gt=0, lt=1)
     """AdamW peak learning rate."""
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
@@ -117,6 +119,13 @@ class RunConfig(BaseModel):
             raise ValueError(f"--warmup-steps {self.warmup_steps} is more than --max-steps {self.max_steps}; "
                              "lower the warm-up or train longer")
         return self
+
+    @field_validator("micro_batch_size")
+    @classmethod
+    def _micro_batch_positive(cls, v: Union[int, str, None]) -> Union[int, str, None]:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be at least 1, or auto")
+        return v
 
     @field_validator("devices")
     @classmethod

@@ -26,19 +26,20 @@ class Hardware(BaseModel):
     """Nodes in the run."""
     cpu_memory_bytes: int
     """CPU memory of one node."""
-    probed: bool
-    """True when nothing was overridden."""
+    given: tuple[str, ...] = ()
+    """Which of gpus, gpu_memory, cpu_memory were given rather than probed here."""
 
     @property
     def world_size(self) -> int:
         return max(self.gpus_per_node, 1) * self.num_nodes
 
     def describe(self) -> str:
+        src = lambda what: "given" if what in self.given else "probed"
         if self.accelerator == "cpu":
-            return f"CPU only, {self.num_nodes} node(s) with {self.cpu_memory_bytes / GiB:.0f} GiB"
-        return (f"{self.num_nodes} node(s) x {self.gpus_per_node} GPU(s) of {self.gpu_memory_bytes / GiB:.0f} GiB, "
-                f"{self.cpu_memory_bytes / GiB:.0f} GiB CPU memory per node"
-                + ("" if self.probed else " (as given, not probed)"))
+            return f"CPU only, {self.num_nodes} node(s) with {self.cpu_memory_bytes / GiB:.0f} GiB ({src('cpu_memory')})"
+        return (f"{self.num_nodes} node(s) x {self.gpus_per_node} GPU(s) ({src('gpus')}) of "
+                f"{self.gpu_memory_bytes / GiB:.0f} GiB ({src('gpu_memory')}), "
+                f"{self.cpu_memory_bytes / GiB:.0f} GiB CPU memory per node ({src('cpu_memory')})")
 
 
 def _cpu_memory() -> int:
@@ -65,4 +66,5 @@ def probe(accelerator: str = "auto", num_nodes: int = 1, gpus: Optional[int] = N
     return Hardware(accelerator=kind, gpus_per_node=count if kind == "gpu" else 0, gpu_memory_bytes=gpu_mem, bf16=bf16,
                     num_nodes=num_nodes,
                     cpu_memory_bytes=int(cpu_memory_gib * GiB) if cpu_memory_gib is not None else _cpu_memory(),
-                    probed=gpus is None and gpu_memory_gib is None and cpu_memory_gib is None)
+                    given=tuple(k for k, v in (("gpus", gpus), ("gpu_memory", gpu_memory_gib), ("cpu_memory", cpu_memory_gib))
+                                if v is not None))

@@ -1,17 +1,17 @@
 """Per-rank memory estimate for a Llama training step under any registered strategy.
 
 Parameter counts come from the model config on the meta device (accelerate's init_empty_weights), so a
-70B config plans on a laptop. Model states come from each strategy (`Strategy.model_state_bytes`);
-activations, logits and the fixed overhead are shared here.
+70B config plans on a laptop. Model states come from each strategy (`Strategy.model_state_bytes`, each
+backend's formula beside its adapter in strategies/); activations, logits and the fixed overhead are shared here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    from shardlab.core.strategy import Strategy
+from shardlab.core.precision import compute_bytes as _compute_bytes
+
 
 GiB = 2**30
 # Allocations outside model states, activations and logits that max_memory_allocated still counts under
@@ -61,7 +61,7 @@ class Workload:
 
     @property
     def compute_bytes(self) -> int:
-        return 4 if self.precision == "32-true" else 2
+        return _compute_bytes(self.precision)
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,9 @@ def logits_bytes(s: Shape, w: Workload) -> int:
     return int(min(tokens, CHUNK_TOKENS if w.chunked_loss else tokens) * s.vocab * per_value)
 
 
-def estimate(strategy: "Strategy", s: Shape, w: Workload) -> Optional[Estimate]:
-    """None when the strategy declares no memory model (it is then never auto-selected)."""
-    states = strategy.model_state_bytes(s, w)
+def estimate(states: Optional[ModelStates], s: Shape, w: Workload) -> Optional[Estimate]:
+    """The peak per rank from a strategy's model states (Strategy.estimate calls this); None when the strategy
+    declares no memory model (it is then never auto-selected)."""
     if states is None:
         return None
     act, logits = activation_bytes(s, w, states.fp32_residual), logits_bytes(s, w)
@@ -166,72 +166,6 @@ def estimate(strategy: "Strategy", s: Shape, w: Workload) -> Optional[Estimate]:
     return Estimate(gpu_bytes=gpu, cpu_bytes=states.cpu, parts=parts)
 
 
-# Model-state formulas, shared by the adapters. Byte counts per parameter after the ZeRO paper
-# (Rajbhandari et al. 2020, sec. 3: mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
-
-
-ZERO3_MAX_LIVE_PARAMETERS = 10**9  # DeepSpeed's default stage3_max_live_parameters
-
-
-def zero2_states(n: int, w: Workload, offload: bool, buffer_factor: float = 1.5) -> ModelStates:
-    """DeepSpeed's own estimate_zero2_model_states_mem_needs (deepspeed/runtime/zero/stage_1_and_2.py)."""
-    gpus = w.world_size
-    if offload:
-        return ModelStates(gpu=2 * n, cpu=int(n * max(4 * gpus, 16) * buffer_factor))
-    # 2 = 16-bit params; 18 = 16-bit grads 2 + fp32 grads 4 + fp32 params 4 + Adam 8, partitioned
-    return ModelStates(gpu=2 * n + int(18 * n / gpus), cpu=int(n * 4 * w.gpus_per_node * buffer_factor),
-                       step_only=int(4 * n / gpus))
-
-
-def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool,
-                 buffer_factor: float = 1.5) -> ModelStates:
-    """DeepSpeed's own estimate_zero3_model_states_mem_needs with zero_init (deepspeed/runtime/zero/stage3.py)."""
-    gpus, node_factor, largest_mem = w.world_size, 1 / w.num_nodes, 4 * largest
-    if offload_optimizer and offload_params:
-        # DeepSpeed's estimate leaves out the parameters fetched back for compute: up to
-        # stage3_max_live_parameters (DeepSpeed's default 1e9) in 16 bits. Measured on one H200 with
-        # llama-1b: 1.9-2.0 GiB above the largest-layer term at three workloads (results/2026-12-02-memory-h200.md).
-        live = min(n, ZERO3_MAX_LIVE_PARAMETERS) * 2
-        return ModelStates(gpu=largest_mem, cpu=int(n * 18 * node_factor * buffer_factor), runtime_buffers=live)
-    if offload_optimizer:
-        return ModelStates(gpu=largest_mem + int(2 * n / gpus), cpu=int(n * 16 * node_factor * buffer_factor))
-    # All 18 bytes are live through backward (unlike ZeRO-2's fp32 gradient partition, nothing waits for
-    # the step): on one H200, llama-1b with checkpointing, counting them in backward puts micro-batch 4
-    # and 8 at -3% and +2% of the measured peak, leaving 4n/gpus out put them at -17% and -9%.
-    return ModelStates(gpu=largest_mem + int(18 * n / gpus), cpu=int(largest * 4 * w.gpus_per_node * buffer_factor))
-
-
-def _master_bytes(w: Workload) -> int:
+def master_bytes(w: Workload) -> int:
+    """Bytes of a master weight: 2 under bf16-true (no fp32 copy), else 4."""
     return 2 if w.precision.endswith("-true") and w.precision != "32-true" else 4
-
-
-def ddp_states(n: int, w: Workload) -> ModelStates:
-    """Full replica: master params + grads + Adam (2 states) + DDP's gradient buckets (Lightning keeps
-    gradient_as_bucket_view off, so they are a copy), + autocast's 16-bit weight cache under *-mixed.
-    CPU: each rank loads the fp32 model before moving it to its GPU."""
-    m = _master_bytes(w)
-    cache = 2 if w.precision.endswith("-mixed") else 0
-    return ModelStates(gpu=n * (m + m + 2 * m + m + cache), cpu=int(4 * n * w.gpus_per_node * 1.5),
-                       fp32_residual=bool(cache))
-
-
-def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
-    """FSDP2: master params, grads and Adam states sharded over the world (4 masters' worth of bytes), and
-    the root unit (embeddings, lm_head, final norm) unsharded in the compute dtype: FSDP keeps the root
-    gathered from forward through backward, while each decoder layer is resharded after its forward, so
-    at the peak (the logits and the loss, end of forward / start of backward) no decoder layer is gathered.
-    Offload moves the sharded part to CPU.
-    CPU while loading: the model is built on the meta device and sharded, then each rank reads only its rows
-    of one tensor at a time from the safetensors files (strategies/fsdp.py load_shards): per rank, one slice
-    of the largest tensor as read and in fp32; measured on CPU in tests/strategies/test_loading.py.
-    Fixed overhead: measured 0. On one H200 (llama-1b, results/2026-12-02-memory-h200.md), the four
-    fsdp_offload points (micro-batch 4 and 8, checkpointing on and off) sit -105..+8 MiB from sharded
-    states + root + activations + logits, without the 512 MiB the other backends show."""
-    m = _master_bytes(w)
-    sharded = int(s.params * 4 * m / w.world_size)
-    root = s.params - s.layers * s.decoder_layer_params
-    gathered = root * w.compute_bytes
-    load = w.gpus_per_node * 2 * 4 * -(-s.largest_layer_params // w.world_size)
-    if offload:
-        return ModelStates(gpu=gathered, cpu=load + sharded * w.gpus_per_node, fixed_overhead=0)
-    return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0)

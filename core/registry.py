@@ -7,31 +7,13 @@ Lightning lacks: third-party packages add presets through the entry-point group 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Callable, Iterable, Optional
 
 from shardlab.core.errors import UserError
-from shardlab.core.strategy import Capabilities, Offload, Strategy
+from shardlab.core.strategy import Capabilities, Offload, Preset, Strategy  # noqa: F401  (plug-ins import Preset from here)
 
 ENTRY_POINT_GROUP = "shardlab.strategies"
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    strategy_cls: type[Strategy]
-    description: str
-    capabilities: Capabilities
-    family: str
-    """Presets of one family differ only in what they offload (`zero3`, `zero3_offload`, ...)."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    source: str = "built-in"
-
-    def build(self) -> Strategy:
-        strategy = self.strategy_cls(**self.kwargs)
-        strategy.name, strategy.description, strategy.capabilities = self.name, self.description, self.capabilities
-        return strategy
 
 
 _PRESETS: dict[str, Preset] = {}
@@ -76,7 +58,11 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    import shardlab.strategies  # noqa: F401  (built-ins register on import)
+    from shardlab.strategies import BUILT_IN
+
+    for p in BUILT_IN:
+        if p.name not in _PRESETS:
+            register(p)
 
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist.name if ep.dist else "?"
@@ -112,6 +98,14 @@ def get(name: str) -> Preset:
         hint = f"; broken plug-ins: {', '.join(broken())}" if broken() else ""
         raise UserError(f"--strategy {name}: unknown strategy; known: {', '.join(sorted(known))}{hint}")
     return known[name]
+
+
+def native_config_reader(kind: str) -> type[Strategy]:
+    """The strategy class that reads a backend's own config file (`deepspeed`: --deepspeed-config)."""
+    for p in presets().values():
+        if p.capabilities.native_config == kind:
+            return p.strategy_cls
+    raise UserError(f"--{kind}-config: no installed strategy reads {kind} config files")
 
 
 def with_offload(preset: Preset, offload: Offload | None) -> Preset:

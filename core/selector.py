@@ -56,6 +56,11 @@ def fits(e: Optional[Estimate], hw: Hardware) -> bool:
     return e.gpu_bytes * ranks + e.cpu_bytes <= hw.cpu_memory_bytes
 
 
+def estimate_reason(choice: str, e: Estimate, hw: Hardware) -> str:
+    return (f"{choice} is estimated at {_gib(e.gpu_bytes)} per {'GPU' if hw.accelerator == 'gpu' else 'rank'} "
+            f"and {_gib(e.cpu_bytes)} CPU per node, on {hw.describe()}")
+
+
 def _gib(b: int) -> str:
     return f"{b / GiB:.1f} GiB"
 
@@ -70,32 +75,39 @@ def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Option
     size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.2f}M"
     non_offload = [n for n, (p, e) in candidates.items() if p.capabilities.offload == "none" and e is not None]
 
+    # The tree's branches are roles that presets declare (Capabilities.selector_role): core names no preset.
+    role = {}
+    for n, (p, _) in candidates.items():
+        if p.capabilities.selector_role and p.capabilities.selector_role not in role:
+            role[p.capabilities.selector_role] = n
+    offload_opt, offload_all = role.get("offload_optimizer"), role.get("offload_all")
+
     # 1. Offload asked for, or nothing without offload fits on the GPUs while CPU memory suffices.
     if offload_requested:
-        choice = "zero3_offload_all" if offload_requested == "all" else "zero3_offload"
+        choice = offload_all if offload_requested == "all" else offload_opt
         reasons.append(f"CPU offload of the {'optimizer and parameters' if offload_requested == 'all' else 'optimizer'} "
-                       f"was asked for: ZeRO-3 with offload")
-    elif hw.accelerator == "gpu" and not fitting.intersection(non_offload) and fitting.intersection({"zero3_offload", "zero3_offload_all"}):
-        choice = "zero3_offload"
+                       f"was asked for: {choice}")
+    elif hw.accelerator == "gpu" and not fitting.intersection(non_offload) and fitting.intersection({offload_opt, offload_all}):
+        choice = offload_opt
         reasons.append(f"no strategy without offload fits in {_gib(hw.gpu_memory_bytes)} per GPU, and CPU memory "
-                       f"({_gib(hw.cpu_memory_bytes)} per node) holds the offloaded optimizer: ZeRO-3 with optimizer offload")
-        if "zero3_offload" not in fitting:
-            choice = "zero3_offload_all"
-            reasons.append("optimizer offload alone does not fit: parameters go to CPU too (zero3_offload_all)")
-    # 2. No offload, under 10B parameters: FSDP.
+                       f"({_gib(hw.cpu_memory_bytes)} per node) holds the offloaded optimizer: {offload_opt}")
+        if offload_opt not in fitting:
+            choice = offload_all
+            reasons.append(f"optimizer offload alone does not fit: parameters go to CPU too ({offload_all})")
+    # 2. No offload, under 10B parameters: the small-model branch (FSDP).
     elif shape.params < LARGE_MODEL_PARAMS:
-        choice = "fsdp"
-        reasons.append(f"{size} parameters (< 10B) and no offload needed: FSDP")
-    # 3. No offload, 10B or more: DeepSpeed; ZeRO-2 on one node of fewer than 8 GPUs when it fits.
-    elif hw.num_nodes == 1 and hw.gpus_per_node < 8 and "zero2" in fitting:
-        choice = "zero2"
+        choice = role.get("small")
+        reasons.append(f"{size} parameters (< 10B) and no offload needed: {choice}")
+    # 3. No offload, 10B or more: ZeRO-2 on one node of fewer than 8 GPUs when it fits, else ZeRO-3.
+    elif hw.num_nodes == 1 and hw.gpus_per_node < 8 and role.get("large_single_node") in fitting:
+        choice = role["large_single_node"]
         reasons.append(f"{size} parameters (>= 10B) on one node of {hw.gpus_per_node} GPU(s) (< 8), "
-                       f"and ZeRO-2 fits ({_gib(est['zero2'].gpu_bytes)} per GPU): DeepSpeed ZeRO-2")
+                       f"and {choice} fits ({_gib(est[choice].gpu_bytes)} per GPU): {choice}")
     else:
-        choice = "zero3"
+        choice = role.get("large")
         why = "several nodes" if hw.num_nodes > 1 else (
-            f"{hw.gpus_per_node} GPUs on the node" if hw.gpus_per_node >= 8 else "ZeRO-2 does not fit")
-        reasons.append(f"{size} parameters (>= 10B), {why}: DeepSpeed ZeRO-3")
+            f"{hw.gpus_per_node} GPUs on the node" if hw.gpus_per_node >= 8 else f"{role.get('large_single_node')} does not fit")
+        reasons.append(f"{size} parameters (>= 10B), {why}: {choice}")
 
     # Feasibility: a choice that will not fit moves to the next strategy in memory order.
     if choice not in fitting:
@@ -107,13 +119,15 @@ def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Option
         need = _gib(est[choice].gpu_bytes) if est.get(choice) else "no estimate"
         if nxt is None:
             raise UserError(_nothing_fits(hw, work, est, offloads))
-        reasons.append(f"{choice} would need {need} per GPU and {_gib(est[choice].cpu_bytes) if est.get(choice) else '?'} "
-                       f"CPU per node, more than there is: moved to {nxt}, the next in memory order "
-                       f"({_gib(est[nxt].gpu_bytes)} per GPU)")
+        if choice is None:
+            reasons.append(f"no installed preset declares this branch (Capabilities.selector_role): {nxt}, the first "
+                           f"that fits in memory order ({_gib(est[nxt].gpu_bytes)} per GPU)")
+        else:
+            reasons.append(f"{choice} would need {need} per GPU and {_gib(est[choice].cpu_bytes) if est.get(choice) else '?'} "
+                           f"CPU per node, more than there is: moved to {nxt}, the next in memory order "
+                           f"({_gib(est[nxt].gpu_bytes)} per GPU)")
         choice = nxt
-    e = est[choice]
-    reasons.append(f"{choice} is estimated at {_gib(e.gpu_bytes)} per {'GPU' if hw.accelerator == 'gpu' else 'rank'} "
-                   f"and {_gib(e.cpu_bytes)} CPU per node, on {hw.describe()}")
+    reasons.append(estimate_reason(choice, est[choice], hw))
 
     # 4. The batch, for CPU offload on GPUs: enough micro-batches per step to amortise the CPU optimizer step.
     picked = None

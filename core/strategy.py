@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from shardlab.core.precision import dtype_name  # noqa: F401  (adapters and plug-ins import it from here)
+
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from shardlab.core.memory import ModelStates, Shape, Workload
+    from shardlab.core.memory import Estimate, ModelStates, Shape, Workload
 
 Offload = Literal["none", "optimizer", "all"]
 
@@ -45,6 +47,12 @@ class Capabilities(BaseModel):
     """Lightning precision strings this preset accepts."""
     compile: bool = True
     """torch.compile of the decoder layers works under this backend."""
+    selector_role: Optional[Literal["small", "large_single_node", "large", "offload_optimizer", "offload_all"]] = None
+    """The branch of the selector's decision tree (core/selector.py) that picks this preset: small (< 10B, no
+    offload), large_single_node (>= 10B on one node of < 8 GPUs), large (>= 10B otherwise), offload_optimizer,
+    offload_all. None: chosen by name, or by `auto` only as the next fitting preset in memory order."""
+    native_config: Optional[str] = None
+    """The kind of the backend's own config file it reads (`deepspeed`: `--deepspeed-config`), or None."""
     compile_by_default: bool = False
     """Measured faster with torch.compile on a GPU: GPU runs compile unless the user says --no-compile."""
 
@@ -66,6 +74,7 @@ class RunContext:
     compile: bool = False  # torch.compile each decoder layer's forward
     chunked_loss: bool = False  # output projection + cross-entropy per chunk of tokens (recipes/loss.py)
     kernels: str = "torch"  # "torch" or "liger" (fused Triton kernels, recipes/kernels.py)
+    native_config: Optional[dict] = None  # the user's own backend config (--deepspeed-config), as use_native_config filled it
 
     @property
     def world_size(self) -> int:
@@ -84,14 +93,6 @@ class PrecisionPlan:
     """Gradients as they are reduced across ranks."""
     optimizer_states: str
     """Adam's exp_avg / exp_avg_sq."""
-
-
-def dtype_name(precision: str, part: str) -> str:
-    """Lightning precision string -> dtype of `part` ("compute" or "storage") for a plain module."""
-    half = "bf16" if precision.startswith("bf16") else "fp16" if precision.startswith("16") else "fp32"
-    if part == "compute":
-        return half
-    return half if precision.endswith("-true") else "fp32"
 
 
 def grad_scaler_kwargs(ctx: RunContext) -> dict[str, Any]:
@@ -178,7 +179,7 @@ class Strategy(ABC):
             return {**kwargs, "plugins": [MixedPrecision("16-mixed", "cuda", scaler=scaler)]}
         return {**kwargs, "precision": ctx.precision}
 
-    def build_model(self, source: ModelSource, module: "pl.LightningModule") -> torch.nn.Module:
+    def build_model(self, source: ModelSource, module: "pl.LightningModule", ctx: RunContext) -> torch.nn.Module:
         """Called inside ``configure_model``: materialise the model with the initial weights (and shard it)."""
         return source.load_full()
 
@@ -205,11 +206,26 @@ class Strategy(ABC):
         """
         return None
 
+    @classmethod
+    def read_native_config(cls, path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        """The user's own config file for this backend (`--deepspeed-config`): (its contents, what it says about
+        the run as RunConfig fields, including `strategy`: the preset it describes, notes for the user)."""
+        from shardlab.core.errors import UserError
+
+        raise UserError(f"{path}: strategy {cls.__name__} reads no config file of its own")
+
+    def estimate(self, shape: "Shape", work: "Workload") -> Optional["Estimate"]:
+        """This strategy's peak memory per rank for a workload (core/memory.py), or None without a memory model."""
+        from shardlab.core import memory
+
+        return memory.estimate(self.model_state_bytes(shape, work), shape, work)
+
     def use_native_config(self, config: dict[str, Any], name: str, ctx: RunContext, spec: OptimizerSpec,
                           hidden_size: int) -> tuple[dict[str, Any], list[str]]:
-        """Run with the user's own config file for this backend (`--deepspeed-config`).
+        """Check the user's own config file for this backend (`--deepspeed-config`) against the run.
 
-        Returns run fields the file changes (e.g. activation_checkpointing) and warnings to show.
+        Returns the file as this backend will run it ("auto" values filled; it reaches `lightning_strategy`
+        as ctx.native_config) and warnings to show.
         """
         from shardlab.core.errors import UserError
 
@@ -236,3 +252,20 @@ class Strategy(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "capabilities": self.capabilities.model_dump()}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    strategy_cls: type[Strategy]
+    description: str
+    capabilities: Capabilities
+    family: str
+    """Presets of one family differ only in what they offload (`zero3`, `zero3_offload`, ...)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    source: str = "built-in"
+
+    def build(self) -> Strategy:
+        strategy = self.strategy_cls(**self.kwargs)
+        strategy.name, strategy.description, strategy.capabilities = self.name, self.description, self.capabilities
+        return strategy

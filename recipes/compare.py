@@ -13,10 +13,12 @@ from typing import Any
 import json
 import yaml
 
-from shardlab.core import compare as cmp
+from shardlab.core import compare as cmp, registry
 from shardlab.core.config import RunConfig, load_config
 from shardlab.core.errors import RunFailed, UserError
-from shardlab.recipes.run import add_run_arguments, prepare, write_json_atomic
+from shardlab.core.resolved import ResolvedRun, write_json_atomic
+from shardlab.recipes.resolve import resolve_run
+from shardlab.recipes.run import add_run_arguments, prepare
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, exclude=("strategy",))
 
 
-def _plans(cfg: RunConfig, names: list[str]) -> dict[str, Any]:
-    return {n: prepare(cfg.model_copy(update={"strategy": n})) for n in names}
+def _plans(cfg: RunConfig, names: list[str]) -> dict[str, ResolvedRun]:
+    return {n: resolve_run(cfg.model_copy(update={"strategy": n})) for n in names}
+
+
+def _audit(prepared: dict[str, ResolvedRun]) -> dict[str, Any]:
+    return {n: registry.get(r.config.strategy).build().precision_plan(r.context()) for n, r in prepared.items()}
 
 
 def _weights_diff(reference: str, other: str) -> float:
@@ -57,8 +63,9 @@ def main(args: argparse.Namespace) -> int:
 
     # 1. Validate every run and audit its dtypes before any process starts.
     prepared = _plans(base, names)
-    precision = prepared[names[0]]["cfg"].precision
-    plans = {n: p["strategy"].precision_plan(p["ctx"]) for n, p in prepared.items()}
+    prepare(base)  # data, weights folder and resume checks once, before any process starts
+    precision = prepared[names[0]].config.precision
+    plans = _audit(prepared)
     before = cmp.mismatches(plans)
     if args.no_align:
         alignment = cmp.Alignment(precision=precision, grad_reduce_dtype=base.grad_reduce_dtype,
@@ -75,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
             alignment.notes += step.notes
             prepared = _plans(base.model_copy(update={"precision": alignment.precision,
                                                       "grad_reduce_dtype": alignment.grad_reduce_dtype}), names)
-            plans = {n: p["strategy"].precision_plan(p["ctx"]) for n, p in prepared.items()}
+            plans = _audit(prepared)
         alignment.notes = alignment.notes or ["nothing to align: every strategy already used the same dtypes"]
     suspects = cmp.mismatches(plans)
     print(f"compare: {', '.join(names)}; {'; '.join(alignment.notes)}")
@@ -83,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
     # 2. Run each strategy in its own processes, one after another, from the same resolved config.
     summaries: dict[str, dict] = {}
     for i, name in enumerate(names, 1):
-        cfg = prepared[name]["cfg"].model_copy(update={"output": str(out / "runs" / name)})
+        cfg = prepared[name].config.model_copy(update={"output": str(out / "runs" / name)})
         if name in lr_override:
             cfg = cfg.model_copy(update={"lr": float(lr_override[name])})
         cfg_file = out / "runs" / f"{name}.yaml"

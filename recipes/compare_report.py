@@ -1,9 +1,10 @@
 """report.md of `recipe compare`, rendered from metrics.json's content."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
+
+from shardlab.core.resolved import write_atomic
 
 
 def write_report(path: Path, m: dict[str, Any]) -> None:
@@ -40,6 +41,4 @@ def write_report(path: Path, m: dict[str, Any]) -> None:
               "", "Likely causes of divergence still present: " + ("; ".join(m["suspects"]) or "none") + ".",
               "", "Plots: `loss_curves.png`, `loss_diff.png`, `throughput_memory.png`. Data: `metrics.json`.",
               "", "## Command", "", "```", m["command"], "```", ""]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
+    write_atomic(path, "\n".join(lines))

@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from shardlab.core import trace
 from shardlab.core.errors import UserError
 
 TEXT_SUFFIXES = {".txt", ".md", ".text"}
@@ -62,6 +63,7 @@ def read_texts(path: Optional[str]) -> list[str]:
 
 def token_blocks(texts: list[str], tokenizer, seq_len: int) -> torch.Tensor:
     """Documents joined with EOS and cut into [n, seq_len] blocks (the tail that does not fill one is dropped)."""
+    trace.note("tokenise")
     eos = tokenizer.eos_token_id
     ids: list[int] = []
     for text in texts:

@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 import torch
 
 from shardlab.core.errors import RunFailed
+from shardlab.core.precision import half
 from shardlab.recipes.weights import tie
 
 # Max |logit difference| / max(1, max |logit|) allowed between the trained model and the reloaded export.
@@ -26,7 +27,7 @@ class ExportError(RunFailed):
 
 
 def _logits(model: torch.nn.Module, batch: torch.Tensor, precision: str) -> torch.Tensor:
-    dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16") else None
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[half(precision)]
     with torch.no_grad(), torch.autocast(batch.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
         return model(input_ids=batch).logits.float()
 

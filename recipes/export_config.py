@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import yaml
@@ -22,20 +21,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from shardlab.recipes.run import build_context, optimizer_spec
+    from shardlab.core import registry
+    from shardlab.core.resolved import write_atomic
+    from shardlab.recipes.resolve import resolve_run
 
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields and k != "output"}
     cfg = load_config(getattr(args, "config", None), overrides)
     if cfg.strategy == "auto":
         raise UserError("--strategy auto: export a named preset (`recipe plan` shows which one auto picks)")
-    cfg, preset, strategy, ctx = build_context(cfg, elsewhere=True)  # a config for a cluster, not for here
-    content = strategy.external_config(args.format, ctx, optimizer_spec(cfg))
+    run = resolve_run(cfg, for_run=False)  # a config for a cluster, not for here
+    strategy = registry.get(run.config.strategy).build()
+    content = strategy.external_config(args.format, run.context(), run.optimizer())
     out = Path(args.output)
     if not out.parent.is_dir():
         raise UserError(f"--output {args.output}: folder {out.parent} does not exist")
     text = json.dumps(content, indent=2) + "\n" if args.format == "deepspeed" else yaml.safe_dump(content, sort_keys=False)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, out)
-    print(f"recipe: wrote {args.format} config of {preset.name} to {out}")
+    write_atomic(out, text)
+    print(f"recipe: wrote {args.format} config of {run.config.strategy} to {out}")
     return 0

@@ -81,9 +81,14 @@ def main(args: argparse.Namespace) -> int:
     if problems:
         raise UserError("; ".join(problems))
     run_argv = _run_argv({**overrides, "num_nodes": cfg.num_nodes, "devices": cfg.devices}, getattr(args, "config", None))
-    from shardlab.recipes.run import prepare
+    if args.print_only:  # resolved for the cluster, from the config alone: nothing is built or tokenised
+        from shardlab.recipes.resolve import resolve_run
 
-    prepare(cfg)  # the same checks `recipe run` makes, before any process starts
+        resolve_run(cfg, for_run=False)
+    else:
+        from shardlab.recipes.run import prepare
+
+        prepare(cfg)  # the same checks `recipe run` makes, before any process starts
     forms = commands(cfg, run_argv)
     if args.print_only:
         for form in ("torchrun", "accelerate"):

@@ -22,7 +22,7 @@ import torch
 from shardlab.core.errors import UserError
 
 # Keys of a shipped file that are not LlamaConfig arguments.
-_META_KEYS = ("model_type", "alias_of")
+_META_KEYS = ("model_type", "alias_of", "default_seq_len")  # default_seq_len: the recipe's, for test shapes
 # What a config must give: LlamaConfig would silently fill each with Llama-7B's value.
 REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 

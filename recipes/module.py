@@ -21,7 +21,7 @@ class LlamaModule(pl.LightningModule):
     def configure_model(self) -> None:
         if self.model is not None:  # Lightning may call this more than once
             return
-        model = self.strategy.build_model(self.source, self)
+        model = self.strategy.build_model(self.source, self, self.ctx)
         model.train()  # from_pretrained hands back eval mode
         if self.ctx.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -1,2 +1,4 @@
-"""Built-in strategy adapters; importing this package registers their presets."""
-from shardlab.strategies import ddp, deepspeed, fsdp  # noqa: F401
+"""Built-in strategy adapters: each module lists its presets; the registry (core/registry.py) collects them."""
+from shardlab.strategies import ddp, deepspeed, fsdp
+
+BUILT_IN = [*ddp.PRESETS, *deepspeed.PRESETS, *fsdp.PRESETS]

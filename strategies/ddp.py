@@ -6,12 +6,25 @@ from typing import Optional
 import torch
 from lightning.pytorch.strategies import DDPStrategy
 
-from shardlab.core.registry import Preset, register
 from shardlab.core import memory
+from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
 from shardlab.core.errors import UserError
-from shardlab.core.strategy import Capabilities, PrecisionPlan, RunContext, Strategy, dtype_name
+from shardlab.core.strategy import Preset, Capabilities, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._common import is_rank_zero, process_group_backend, to_cpu_fp32
+
+
+
+# Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
+# mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
+def ddp_states(n: int, w: Workload) -> ModelStates:
+    """Full replica: master params + grads + Adam (2 states) + DDP's gradient buckets (Lightning keeps
+    gradient_as_bucket_view off, so they are a copy), + autocast's 16-bit weight cache under *-mixed.
+    CPU: each rank loads the fp32 model before moving it to its GPU."""
+    m = memory.master_bytes(w)
+    cache = 2 if w.precision.endswith("-mixed") else 0
+    return ModelStates(gpu=n * (m + m + 2 * m + m + cache), cpu=int(4 * n * w.gpus_per_node * 1.5),
+                       fp32_residual=bool(cache))
 
 
 class DDP(Strategy):
@@ -36,15 +49,15 @@ class DDP(Strategy):
         return accelerate_base(ctx, "MULTI_GPU" if ctx.accelerator == "gpu" else "MULTI_CPU")
 
     def model_state_bytes(self, shape, work):
-        return memory.ddp_states(shape.params, work)
+        return ddp_states(shape.params, work)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         return to_cpu_fp32(model.state_dict()) if is_rank_zero() else None
 
 
-register(Preset(
+PRESETS = [Preset(
     name="ddp", strategy_cls=DDP, family="ddp",
     description="PyTorch DDP: full replica per rank, gradients all-reduced",
     # --compile: +9% tokens/s on one H200 (llama-1b, with --chunked-loss; results/2026-12-02-gpu-strategies-h200.md)
     capabilities=Capabilities(compile_by_default=True),
-))
+)]

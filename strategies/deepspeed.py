@@ -11,15 +11,50 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 from lightning.fabric.utilities.seed import reset_seed
 
 from shardlab.core import memory
+from shardlab.core.memory import ModelStates, Shape, Workload
+from shardlab.core.precision import half
 from shardlab.core.external import accelerate_base
-from shardlab.core.registry import Preset, register
-from shardlab.core.strategy import Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
+from shardlab.core.strategy import Preset, Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._common import is_rank_zero, process_group_backend
 
 
 # The recipe's configure_gradient_clipping defers to the Strategy, which for DeepSpeed does nothing:
 # DeepSpeed clips from its config. Lightning's warning about that override does not apply.
 warnings.filterwarnings("ignore", message="Since DeepSpeed handles gradient clipping internally")
+
+
+
+# Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
+# mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
+ZERO3_MAX_LIVE_PARAMETERS = 10**9  # DeepSpeed's default stage3_max_live_parameters
+
+
+def zero2_states(n: int, w: Workload, offload: bool, buffer_factor: float = 1.5) -> ModelStates:
+    """DeepSpeed's own estimate_zero2_model_states_mem_needs (deepspeed/runtime/zero/stage_1_and_2.py)."""
+    gpus = w.world_size
+    if offload:
+        return ModelStates(gpu=2 * n, cpu=int(n * max(4 * gpus, 16) * buffer_factor))
+    # 2 = 16-bit params; 18 = 16-bit grads 2 + fp32 grads 4 + fp32 params 4 + Adam 8, partitioned
+    return ModelStates(gpu=2 * n + int(18 * n / gpus), cpu=int(n * 4 * w.gpus_per_node * buffer_factor),
+                       step_only=int(4 * n / gpus))
+
+
+def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool,
+                 buffer_factor: float = 1.5) -> ModelStates:
+    """DeepSpeed's own estimate_zero3_model_states_mem_needs with zero_init (deepspeed/runtime/zero/stage3.py)."""
+    gpus, node_factor, largest_mem = w.world_size, 1 / w.num_nodes, 4 * largest
+    if offload_optimizer and offload_params:
+        # DeepSpeed's estimate leaves out the parameters fetched back for compute: up to
+        # stage3_max_live_parameters (DeepSpeed's default 1e9) in 16 bits. Measured on one H200 with
+        # llama-1b: 1.9-2.0 GiB above the largest-layer term at three workloads (results/2026-12-02-memory-h200.md).
+        live = min(n, ZERO3_MAX_LIVE_PARAMETERS) * 2
+        return ModelStates(gpu=largest_mem, cpu=int(n * 18 * node_factor * buffer_factor), runtime_buffers=live)
+    if offload_optimizer:
+        return ModelStates(gpu=largest_mem + int(2 * n / gpus), cpu=int(n * 16 * node_factor * buffer_factor))
+    # All 18 bytes are live through backward (unlike ZeRO-2's fp32 gradient partition, nothing waits for
+    # the step): on one H200, llama-1b with checkpointing, counting them in backward puts micro-batch 4
+    # and 8 at -3% and +2% of the measured peak, leaving 4n/gpus out put them at -17% and -9%.
+    return ModelStates(gpu=largest_mem + int(18 * n / gpus), cpu=int(largest * 4 * w.gpus_per_node * buffer_factor))
 
 
 class _LightningDeepSpeed(DeepSpeedStrategy):
@@ -69,26 +104,48 @@ ZERO3_TUNING: dict[str, Any] = {"overlap_comm": True, "reduce_bucket_size": int(
                                 "sub_group_size": int(1e12)}
 
 
+def ds_scheduler(spec: OptimizerSpec) -> dict[str, Any]:
+    """shardlab's LR schedule as DeepSpeed's scheduler (deepspeed/runtime/lr_schedules.py), linear warm-up."""
+    warm = {"warmup_num_steps": spec.warmup_steps, "warmup_type": "linear"}
+    if spec.schedule == "constant":
+        return {"type": "WarmupLR", "params": {**warm, "warmup_min_lr": 0.0, "warmup_max_lr": spec.lr}}
+    if spec.schedule == "cosine":
+        return {"type": "WarmupCosineLR", "params": {**warm, "total_num_steps": spec.total_steps,
+                                                     "warmup_min_ratio": 0.0, "cos_min_ratio": spec.min_lr_ratio}}
+    if spec.min_lr_ratio != 0:  # DeepSpeed's WarmupDecayLR decays to 0
+        from shardlab.core.errors import UserError
+
+        raise UserError(f"--min-lr-ratio {spec.min_lr_ratio}: DeepSpeed's linear decay (WarmupDecayLR) ends at 0; "
+                        f"use --min-lr-ratio 0 with --lr-schedule linear, or --lr-schedule cosine")
+    return {"type": "WarmupDecayLR", "params": {**warm, "total_num_steps": spec.total_steps,
+                                                "warmup_min_lr": 0.0, "warmup_max_lr": spec.lr}}
+
+
 class ZeRO(Strategy):
     loss_scale_knobs = ("initial_power", "window", "hysteresis", "min")
 
     def __init__(self, stage: int, offload: str = "none", tuning: Optional[dict[str, Any]] = None) -> None:
         self.stage, self.offload, self.tuning = stage, offload, tuning or {}
-        self.user_config: Optional[dict[str, Any]] = None
+
+    @classmethod
+    def read_native_config(cls, path):
+        from shardlab.strategies import deepspeed_config as ds_config
+
+        config = ds_config.load(path)
+        fields, notes = ds_config.intent(config, path)
+        return config, fields, notes
 
     def use_native_config(self, config, name, ctx, spec, hidden_size):
-        from shardlab.core import ds_config
+        from shardlab.strategies import deepspeed_config as ds_config
 
         run = dict(micro_batch_size=ctx.micro_batch_size, grad_accum=ctx.grad_accum, world_size=ctx.world_size,
                    grad_clip=ctx.grad_clip, precision=ctx.precision, stage=self.stage, offload=self.offload,
                    lr=spec.lr, weight_decay=spec.weight_decay, hidden_size=hidden_size)
-        filled, changes, warnings = ds_config.reconcile(config, run, name)
-        for section in ("optimizer", "scheduler"):  # shardlab builds AdamW (constant lr) from the checked values
-            if filled.pop(section, None) is not None:
-                warnings.append(f"{name}: the '{section}' section was checked against the flags; shardlab builds it")
+        filled, _, warnings = ds_config.reconcile(config, run, name)
+        for section in ("optimizer", "scheduler"):  # their values are the run's (recipes/resolve.py); shardlab builds both
+            filled.pop(section, None)
         filled.pop("gradient_accumulation_steps", None)  # Lightning sets it from --grad-accum (checked equal)
-        self.user_config = filled
-        return changes, warnings
+        return filled, warnings
 
     def ds_config(self, ctx: RunContext) -> dict[str, Any]:
         """The DeepSpeed JSON config this preset runs with (Lightning adds the precision section)."""
@@ -131,10 +188,9 @@ class ZeRO(Strategy):
             cfg["train_batch_size"] = ctx.micro_batch_size * ctx.grad_accum * ctx.world_size
             cfg["optimizer"] = {"type": "AdamW", "params": {"lr": spec.lr, "betas": list(spec.betas), "eps": spec.eps,
                                                           "weight_decay": spec.weight_decay}}
-            if ctx.precision.startswith("bf16"):
-                cfg["bf16"] = {"enabled": True}
-            elif ctx.precision.startswith("16"):
-                cfg["fp16"] = {"enabled": True}
+            cfg["scheduler"] = ds_scheduler(spec)
+            if half(ctx.precision):
+                cfg[half(ctx.precision)] = {"enabled": True}
             return cfg
         if fmt == "accelerate":
             return {**accelerate_base(ctx, "DEEPSPEED"), "deepspeed_config": {
@@ -151,23 +207,23 @@ class ZeRO(Strategy):
 
     def model_state_bytes(self, shape, work):
         if self.stage == 2:
-            return memory.zero2_states(shape.params, work, offload=self.offload != "none")
+            return zero2_states(shape.params, work, offload=self.offload != "none")
         # DeepSpeed's estimate with its "largest layer" = the unit ZeRO-3 fetches whole: a decoder layer (build_model)
         fetched = max(shape.largest_layer_params, shape.decoder_layer_params)
-        return memory.zero3_states(shape.params, fetched, work,
+        return zero3_states(shape.params, fetched, work,
                                    offload_optimizer=self.offload != "none", offload_params=self.offload == "all")
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
         config = self.ds_config(ctx)
-        if self.user_config is not None:  # the user's file wins where it says something (checked in use_native_config)
-            zero = {**config["zero_optimization"], **self.user_config.get("zero_optimization", {})}
-            config = {**config, **self.user_config, "zero_optimization": zero}
+        if ctx.native_config is not None:  # the user's file wins where it says something (checked in use_native_config)
+            zero = {**config["zero_optimization"], **ctx.native_config.get("zero_optimization", {})}
+            config = {**config, **ctx.native_config, "zero_optimization": zero}
         return _LightningDeepSpeed(config=config, process_group_backend=process_group_backend(ctx))
 
     def trainer_kwargs(self, ctx: RunContext) -> dict[str, Any]:
         return {"precision": ctx.precision}  # clipping lives in the DeepSpeed config
 
-    def build_model(self, source: ModelSource, module) -> torch.nn.Module:
+    def build_model(self, source: ModelSource, module, ctx: RunContext) -> torch.nn.Module:
         if self.stage < 3:
             return source.load_full()
         # Lightning runs configure_model inside deepspeed.zero.Init: parameters are partitioned as
@@ -233,17 +289,20 @@ def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
 _ZERO_SHARDS = {2: dict(shards_optimizer=True, shards_gradients=True),
                 3: dict(shards_optimizer=True, shards_gradients=True, shards_parameters=True)}
 
-for _name, _stage, _offload, _desc in [
-    ("zero2", 2, "none", "DeepSpeed ZeRO-2: optimizer states and gradients sharded"),
-    ("zero2_offload", 2, "optimizer", "DeepSpeed ZeRO-2 with the optimizer (states and step) on CPU"),
-    ("zero3", 3, "none", "DeepSpeed ZeRO-3: parameters, gradients and optimizer states sharded"),
-    ("zero3_offload", 3, "optimizer", "DeepSpeed ZeRO-3 with the optimizer (states and step) on CPU"),
-    ("zero3_offload_all", 3, "all", "DeepSpeed ZeRO-3 with optimizer and parameters on CPU"),
-]:
-    register(Preset(
-        name=_name, strategy_cls=ZeRO, family=f"zero{_stage}", description=_desc,
-        kwargs={"stage": _stage, "offload": _offload, "tuning": ZERO3_TUNING if _name == "zero3" else None},
+PRESETS = [
+    Preset(
+        name=name, strategy_cls=ZeRO, family=f"zero{stage}", description=desc,
+        kwargs={"stage": stage, "offload": offload, "tuning": ZERO3_TUNING if name == "zero3" else None},
         # torch.compile of the decoder layers: ZeRO-2 measured +11.6% on one H200 (47,128 -> 52,581 tokens/s, llama-1b,
         # results/2026-12-02-offload-and-ratios-h200.md); ZeRO-3 -16.5% (its parameter fetch hooks break the graphs).
-        capabilities=Capabilities(offload=_offload, compile_by_default=_name == "zero2", **_ZERO_SHARDS[_stage]),
-    ))
+        capabilities=Capabilities(offload=offload, compile_by_default=name == "zero2", native_config="deepspeed",
+                                  selector_role=role, **_ZERO_SHARDS[stage]),
+    )
+    for name, stage, offload, role, desc in [
+        ("zero2", 2, "none", "large_single_node", "DeepSpeed ZeRO-2: optimizer states and gradients sharded"),
+        ("zero2_offload", 2, "optimizer", None, "DeepSpeed ZeRO-2 with the optimizer (states and step) on CPU"),
+        ("zero3", 3, "none", "large", "DeepSpeed ZeRO-3: parameters, gradients and optimizer states sharded"),
+        ("zero3_offload", 3, "optimizer", "offload_optimizer", "DeepSpeed ZeRO-3 with the optimizer (states and step) on CPU"),
+        ("zero3_offload_all", 3, "all", "offload_all", "DeepSpeed ZeRO-3 with optimizer and parameters on CPU"),
+    ]
+]

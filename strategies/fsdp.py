@@ -14,10 +14,35 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from shardlab.core import memory
+from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
-from shardlab.core.registry import Preset, register
-from shardlab.core.strategy import Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
+from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._common import is_rank_zero
+
+
+# Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
+# mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
+def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
+    """FSDP2: master params, grads and Adam states sharded over the world (4 masters' worth of bytes), and
+    the root unit (embeddings, lm_head, final norm) unsharded in the compute dtype: FSDP keeps the root
+    gathered from forward through backward, while each decoder layer is resharded after its forward, so
+    at the peak (the logits and the loss, end of forward / start of backward) no decoder layer is gathered.
+    Offload moves the sharded part to CPU.
+    CPU while loading: the model is built on the meta device and sharded, then each rank reads only its rows
+    of one tensor at a time from the safetensors files (strategies/fsdp.py load_shards): per rank, one slice
+    of the largest tensor as read and in fp32; measured on CPU in tests/strategies/test_loading.py.
+    Fixed overhead: measured 0. On one H200 (llama-1b, results/2026-12-02-memory-h200.md), the four
+    fsdp_offload points (micro-batch 4 and 8, checkpointing on and off) sit -105..+8 MiB from sharded
+    states + root + activations + logits, without the 512 MiB the other backends show."""
+    m = memory.master_bytes(w)
+    sharded = int(s.params * 4 * m / w.world_size)
+    root = s.params - s.layers * s.decoder_layer_params
+    gathered = root * w.compute_bytes
+    load = w.gpus_per_node * 2 * 4 * -(-s.largest_layer_params // w.world_size)
+    if offload:
+        return ModelStates(gpu=gathered, cpu=load + sharded * w.gpus_per_node, fixed_overhead=0)
+    return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0)
+
 
 class _OffloadingModelParallel(ModelParallelStrategy):
     """Lightning's ModelParallelStrategy moves the whole module to the GPU after `configure_model`;
@@ -38,27 +63,24 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 class FSDP2(Strategy):
     def __init__(self, offload: bool = False, reshard_after_forward: bool = True) -> None:
         self.offload, self.reshard_after_forward = offload, reshard_after_forward
-        self._ctx: Optional[RunContext] = None
 
     def lightning_strategy(self, ctx: RunContext) -> ModelParallelStrategy:
-        self._ctx = ctx
         cls = _OffloadingModelParallel if self.offload else ModelParallelStrategy
         return cls(data_parallel_size=ctx.world_size, tensor_parallel_size=1, save_distributed_checkpoint=True)
 
-    def build_model(self, source: ModelSource, module) -> torch.nn.Module:
+    def build_model(self, source: ModelSource, module, ctx: RunContext) -> torch.nn.Module:
         # Built on the meta device and sharded before any weight exists; each rank then reads only its own
         # rows of each tensor: at most one copy of the weights per node, never the whole model in one rank.
         model = source.build_empty(meta=True)
         mesh = module.device_mesh["data_parallel"]
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
-        assert self._ctx is not None
-        plan = self.precision_plan(self._ctx)
-        if self._ctx.precision in _HALF or plan.grad_reduce != plan.master:
+        plan = self.precision_plan(ctx)
+        if ctx.precision in _HALF or plan.grad_reduce != plan.master:
             # mixed: fp32 sharded master, parameters gathered in 16-bit; gradients reduced as the plan says
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_DTYPES[plan.compute],
                                                        reduce_dtype=_DTYPES[plan.grad_reduce])
         if self.offload:
-            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=self._ctx.accelerator == "gpu")
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=ctx.accelerator == "gpu")
         # Shard each decoder layer, then the root (embeddings, final norm, lm_head), as torchtitan does.
         for layer in model.model.layers:
             fully_shard(layer, **kwargs)
@@ -88,7 +110,7 @@ class FSDP2(Strategy):
         }}
 
     def model_state_bytes(self, shape, work):
-        return memory.fsdp_states(shape, work, offload=self.offload)
+        return fsdp_states(shape, work, offload=self.offload)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -117,14 +139,16 @@ def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.devic
 
 _FSDP_CAPS = dict(shards_optimizer=True, shards_gradients=True, shards_parameters=True,
                   precisions=("32-true", "bf16-mixed", "bf16-true"))
-register(Preset(
-    name="fsdp", strategy_cls=FSDP2, family="fsdp",
-    description="PyTorch FSDP2 (fully_shard per decoder layer): parameters, gradients, optimizer sharded",
-    # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md)
-    capabilities=Capabilities(compile_by_default=True, **_FSDP_CAPS),
-))
-register(Preset(
-    name="fsdp_offload", strategy_cls=FSDP2, family="fsdp", kwargs={"offload": True},
-    description="PyTorch FSDP2 with parameters, gradients and optimizer step on CPU",
-    capabilities=Capabilities(offload="all", **_FSDP_CAPS),
-))
+PRESETS = [
+    Preset(
+        name="fsdp", strategy_cls=FSDP2, family="fsdp",
+        description="PyTorch FSDP2 (fully_shard per decoder layer): parameters, gradients, optimizer sharded",
+        # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md)
+        capabilities=Capabilities(compile_by_default=True, selector_role="small", **_FSDP_CAPS),
+    ),
+    Preset(
+        name="fsdp_offload", strategy_cls=FSDP2, family="fsdp", kwargs={"offload": True},
+        description="PyTorch FSDP2 with parameters, gradients and optimizer step on CPU",
+        capabilities=Capabilities(offload="all", **_FSDP_CAPS),
+    ),
+]

@@ -90,5 +90,5 @@ def test_estimate_within_10_percent_of_h200_measurement(row):
     # torch.cuda.max_memory_allocated on one H200, llama-1b, bf16-mixed, seq 2048 (results/2026-12-02-memory-h200.md)
     s = memory.shape_of(model_config("llama-1b"))
     w = _work(gpus=1, mb=row["micro_batch_size"], ac=row["activation_checkpointing"])
-    e = memory.estimate(registry.get(row["preset"]).build(), s, w)
+    e = registry.get(row["preset"]).build().estimate(s, w)
     assert e.gpu_bytes / 2**30 == pytest.approx(row["measured_gib"], rel=0.10)

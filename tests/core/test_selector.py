@@ -5,14 +5,18 @@ import pytest
 
 from shardlab.core.config import RunConfig
 from shardlab.core.errors import UserError
-from shardlab.recipes.plan import make_plan
+from types import SimpleNamespace
+
+from shardlab.recipes.plan import plan as resolve_plan
 
 
 def plan(model, gpus, gib, nodes=1, cpu_gib=1024, **cfg):
     c = RunConfig(model=model, accelerator="gpu", num_nodes=nodes, precision="bf16-mixed", gpus=gpus,
                   gpu_memory_gib=gib, cpu_memory_gib=cpu_gib, micro_batch_size=cfg.pop("micro_batch_size", 1),
                   seq_len=cfg.pop("seq_len", 2048), **cfg)
-    return make_plan(c)[2]
+    r = resolve_plan(c)  # the resolved run: the selector's choice, reasons, candidates, the batch it took
+    return SimpleNamespace(choice=r.config.strategy, reasons=r.auto["reasons"], grad_accum=r.config.grad_accum,
+                           rows=[SimpleNamespace(**row) for row in r.candidates])
 
 
 def test_7b_no_offload_on_8_gpus_is_fsdp():
@@ -27,7 +31,7 @@ def test_13b_on_one_node_of_8_is_zero3():
 
 def test_13b_on_4_gpus_where_zero2_fits_is_zero2():
     d = plan("llama-13b", 4, 141)
-    assert d.choice == "zero2" and "ZeRO-2 fits" in d.reasons[0]
+    assert d.choice == "zero2" and "and zero2 fits" in d.reasons[0]
 
 
 def test_13b_on_4_small_gpus_where_zero2_does_not_fit_is_zero3():
@@ -86,19 +90,34 @@ def test_offload_batch_is_capped_and_says_so():
 
 def test_the_users_grad_accum_wins_with_a_hint():
     d = plan("llama-7b", 8, 80, offload="optimizer", micro_batch_size=8, activation_checkpointing=True, grad_accum=2)
-    assert d.grad_accum is None and any("--grad-accum 2 kept as given; 8 would" in r for r in d.reasons)
+    assert d.grad_accum == 2 and any("--grad-accum 2 kept as given; 8 would" in r for r in d.reasons)
 
 
 def test_no_offload_no_batch_change():
     d = plan("llama-7b", 8, 80, micro_batch_size=8, activation_checkpointing=True)
-    assert d.choice == "fsdp" and d.grad_accum is None
+    assert d.choice == "fsdp" and d.grad_accum == 1
 
 
 def test_auto_run_takes_the_picked_batch_unless_given():
-    from shardlab.recipes.plan import apply_decision
-
     c = RunConfig(strategy="auto", model="llama-7b", accelerator="gpu", precision="bf16-mixed", gpus=8, gpu_memory_gib=80,
                   cpu_memory_gib=1024, offload="optimizer", micro_batch_size=8, seq_len=2048, activation_checkpointing=True)
-    d = make_plan(c)[2]
-    assert apply_decision(c, d).grad_accum == 8 and apply_decision(c, d).strategy == "zero3_offload"
-    assert apply_decision(c.model_copy(update={"grad_accum": 3}), d).grad_accum == 3
+    r = resolve_plan(c)
+    assert r.config.grad_accum == 8 and r.config.strategy == "zero3_offload" and r.config.offload is None
+    assert resolve_plan(c.model_copy(update={"grad_accum": 3})).config.grad_accum == 3
+
+
+def test_a_preset_takes_a_branch_through_its_role_not_its_name():
+    from shardlab.core import memory, registry, selector
+    from shardlab.core.hardware import GiB, Hardware
+    from shardlab.core.strategy import Preset
+    from shardlab.recipes.model import model_config
+
+    fsdp = registry.get("fsdp")
+    mine = Preset(**{**fsdp.__dict__, "name": "my_fsdp", "source": "plugin:mine"})
+    shape = memory.shape_of(model_config("llama-7b"))
+    work = memory.Workload(micro_batch_size=1, seq_len=2048, activation_checkpointing=False, precision="bf16-mixed",
+                           gpus_per_node=8, num_nodes=1)
+    hw = Hardware(accelerator="gpu", gpus_per_node=8, gpu_memory_bytes=80 * GiB, bf16=True, num_nodes=1,
+                  cpu_memory_bytes=1024 * GiB)
+    d = selector.choose(hw, shape, work, None, {"my_fsdp": (mine, mine.build().estimate(shape, work))})
+    assert d.choice == "my_fsdp" and "no offload needed: my_fsdp" in d.reasons[0]

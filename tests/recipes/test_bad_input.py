@@ -107,6 +107,8 @@ def checkpoints(recipe, tmp_path_factory):
 
 def _across_commands(tmp, ck):
     (tmp / "ds.json").write_text("{not json")
+    (tmp / "nostage.json").write_text(json.dumps({"zero_optimization": {"overlap_comm": True}}))
+    (tmp / "onecycle.json").write_text(json.dumps({"zero_optimization": {"stage": 2}, "scheduler": {"type": "OneCycle"}}))
     (tmp / "gpt2.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 768}))
     (tmp / "shapeless.json").write_text(json.dumps({"model_type": "llama", "intermediate_size": 176,
                                                     "num_attention_heads": 4, "vocab_size": 320}))
@@ -154,6 +156,15 @@ def _across_commands(tmp, ck):
         "launch: no port": (["launch", "--devices", "2", "--node-rank", "0"], "--master-port"),
         # configs
         "export-config: unknown format": (["export-config", "--format", "yaml"], "--format"),
+        "deepspeed config without a stage": (run + ["--deepspeed-config", tmp / "nostage.json"], "no zero_optimization.stage"),
+        "deepspeed scheduler with no equivalent": (run + ["--deepspeed-config", tmp / "onecycle.json"],
+                                                   "scheduler OneCycle has no shardlab equivalent"),
+        "global batch that does not divide": (run + ["--global-batch-size", "7"], "not a multiple of micro-batch 4 x 2 rank(s)"),
+        "global batch against the accumulation": (run + ["--global-batch-size", "16", "--grad-accum", "3"],
+                                                  "--grad-accum 3 contradicts --global-batch-size 16"),
+        "plan: micro-batch auto when nothing fits": (["plan", "--model", "llama-70b", "--strategy", "zero3", "--accelerator", "gpu",
+                                                      "--gpus", "1", "--gpu-memory-gib", "16", "--micro-batch-size", "auto"],
+                                                     "not even micro-batch 1 fits with zero3"),
         "deepspeed config missing": (run + ["--strategy", "zero3", "--deepspeed-config", tmp / "nope.json"], "no such file"),
         "deepspeed config not json": (run + ["--strategy", "zero3", "--deepspeed-config", tmp / "ds.json"], "--deepspeed-config"),
         "gradient accumulation 0": (run + ["--grad-accum", "0"], "--grad-accum"),
@@ -163,7 +174,7 @@ def _across_commands(tmp, ck):
 
 
 def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, monkeypatch):
-    """With test_bad_run_inputs: 63 cases over run, plan, compare, launch, configs and checkpoints.
+    """With test_bad_run_inputs: 68 cases over run, plan, compare, launch, configs and checkpoints.
 
     The `recipe` entry point is called in this process (cli.main: what `recipe` runs, exit code as its
     return value): the same checks as a fresh process, without 28 interpreter start-ups."""

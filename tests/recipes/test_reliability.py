@@ -138,8 +138,8 @@ FAULTS = '''
 
         oom = False
 
-        def build_model(self, source, module):
-            model = super().build_model(source, module)
+        def build_model(self, source, module, ctx):
+            model = super().build_model(source, module, ctx)
             calls = []
 
             def hook(mod, args):

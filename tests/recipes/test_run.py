@@ -27,7 +27,7 @@ def test_default_run_trains_and_exports(recipe, tmp_path):
     assert len(s["peak_memory_bytes"]) == 2 and s["tokens_per_s"] > 0
     model = AutoModelForCausalLM.from_pretrained(s["hf_export"])
     assert model.config.model_type == "llama"
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["hf", "logs", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["hf", "logs", "resolved.json", "summary.json"]
     assert len((tmp_path / "run" / "logs" / "csv" / "metrics.csv").read_text().splitlines()) == 51  # header + 50 steps
 
 
@@ -54,7 +54,8 @@ def test_local_folder_and_jsonl(recipe, tmp_path):
 
 
 def _shipped_configs():
-    return sorted(resources.files("shardlab.recipes").joinpath("configs").iterdir(), key=lambda p: p.name)
+    return sorted((p for p in resources.files("shardlab.recipes").joinpath("configs").iterdir() if p.name.endswith(".yaml")),
+                  key=lambda p: p.name)
 
 
 @pytest.mark.parametrize("path", _shipped_configs(), ids=lambda p: p.name)

@@ -11,7 +11,7 @@ from shardlab.recipes.weights import model_source
 def test_zero3_marks_every_decoder_layer_as_one_fetch(cache_dir, monkeypatch):
     monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
     source = model_source(model_lib.initial_folder("tiny", seed=0))
-    model = registry.get("zero3").build().build_model(source, module=None)  # one process: nothing partitioned
+    model = registry.get("zero3").build().build_model(source, module=None, ctx=None)  # one process: nothing partitioned
     assert all(z3_leaf_module(layer) for layer in model.model.layers)
     assert not z3_leaf_module(model) and not z3_leaf_module(model.model)
     # the weights are copied from the folder (build_empty leaves them uninitialised)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shardlab.core import precision
 from shardlab.core.errors import UserError
 
 # Blog configs carry these; DeepSpeed ignores them silently. key -> (shardlab field, value to set)
@@ -48,6 +49,67 @@ def load(path: str) -> dict[str, Any]:
     return cfg
 
 
+# DeepSpeed's LR schedulers that have a shardlab equivalent (deepspeed/runtime/lr_schedules.py):
+# WarmupLR holds the lr after warm-up, WarmupDecayLR decays linearly to 0 at total_num_steps,
+# WarmupCosineLR decays on a cosine to cos_min_ratio x lr.
+SCHEDULES = {"WarmupLR": "constant", "WarmupDecayLR": "linear", "WarmupCosineLR": "cosine"}
+
+
+def _given(section: Any, key: str) -> bool:
+    return isinstance(section, dict) and key in section and section[key] != "auto"
+
+
+def intent(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
+    """What the file says about the run, as RunConfig fields ("auto" says nothing), and a note per field.
+
+    The preset follows zero_optimization (stage, offload_optimizer, offload_param); precision, the top-level
+    gradient_checkpointing that Hugging Face Trainer users write, clipping, batch, optimizer values and the
+    scheduler become the run's wherever the user gave no flag (the caller decides that)."""
+    zero = cfg.get("zero_optimization")
+    if not _given(zero, "stage") or zero["stage"] not in (1, 2, 3):
+        raise UserError(f"--deepspeed-config {name}: no zero_optimization.stage (1, 2 or 3); say which ZeRO stage the file is for")
+    offload = _offload(zero)
+    fields: dict[str, Any] = {"strategy": f"zero{zero['stage']}" + {"none": "", "optimizer": "_offload", "all": "_offload_all"}[offload]}
+    if (cfg.get("bf16") or cfg.get("bfloat16") or {}).get("enabled") is True:
+        fields["precision"] = "bf16-mixed"
+    elif (cfg.get("fp16") or {}).get("enabled") is True:
+        fields["precision"] = "16-mixed"
+    if "gradient_checkpointing" in cfg:
+        fields["activation_checkpointing"] = bool(cfg["gradient_checkpointing"])
+    for key, field in (("gradient_clipping", "grad_clip"), ("train_micro_batch_size_per_gpu", "micro_batch_size"),
+                       ("gradient_accumulation_steps", "grad_accum")):
+        if _given(cfg, key):
+            fields[field] = cfg[key]
+    params = (cfg.get("optimizer") or {}).get("params") or {}
+    for key, field in (("lr", "lr"), ("weight_decay", "weight_decay"), ("eps", "adam_eps")):
+        if _given(params, key):
+            fields[field] = float(params[key])
+    if _given(params, "betas"):
+        fields["adam_beta1"], fields["adam_beta2"] = map(float, params["betas"])
+    notes = []
+    scheduler = cfg.get("scheduler")
+    if scheduler:
+        kind, sp = scheduler.get("type"), scheduler.get("params") or {}
+        if kind not in SCHEDULES:
+            raise UserError(f"--deepspeed-config {name}: scheduler {kind} has no shardlab equivalent; use one of "
+                            f"{', '.join(SCHEDULES)} (they map to --lr-schedule) or remove the scheduler section")
+        fields["lr_schedule"] = SCHEDULES[kind]
+        if _given(sp, "warmup_num_steps"):
+            fields["warmup_steps"] = int(sp["warmup_num_steps"])
+        if _given(sp, "total_num_steps"):
+            fields["max_steps"] = int(sp["total_num_steps"])
+        if _given(sp, "warmup_max_lr"):
+            fields["lr"] = float(sp["warmup_max_lr"])
+        if kind == "WarmupDecayLR":
+            fields["min_lr_ratio"] = 0.0
+        if kind == "WarmupCosineLR" and _given(sp, "cos_min_ratio"):
+            fields["min_lr_ratio"] = float(sp["cos_min_ratio"])
+        if sp.get("warmup_type", "log") != "linear":
+            notes.append(f"{name}: the scheduler's {sp.get('warmup_type', 'log')} warm-up (DeepSpeed's default) runs as "
+                         f"shardlab's linear warm-up")
+    return fields, notes
+
+
 def reconcile(cfg: dict[str, Any], run: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Fill "auto" from `run`, check the rest against it.
 
@@ -66,7 +128,7 @@ def reconcile(cfg: dict[str, Any], run: dict[str, Any], name: str) -> tuple[dict
         else:
             warnings.append(f"{name}: DeepSpeed does not know the key '{key}'; it has no effect")
     h = run["hidden_size"]
-    half = "bf16" if run["precision"].startswith("bf16") else "fp16" if run["precision"].startswith("16") else None
+    half = precision.half(run["precision"])
     expected = {
         ("train_micro_batch_size_per_gpu",): (run["micro_batch_size"], "--micro-batch-size"),
         ("gradient_accumulation_steps",): (run["grad_accum"], "--grad-accum"),
@@ -94,9 +156,7 @@ def reconcile(cfg: dict[str, Any], run: dict[str, Any], name: str) -> tuple[dict
             parent[path[-1]] = value
         elif flag and not _same(given, value):
             problems.append(f"{'.'.join(path)} is {given!r} in {name} but {flag} gives {value!r}")
-    zero = cfg.get("zero_optimization", {})
-    offload = "all" if "offload_param" in zero and _device(zero["offload_param"]) else \
-        "optimizer" if "offload_optimizer" in zero and _device(zero["offload_optimizer"]) else "none"
+    offload = _offload(cfg.get("zero_optimization", {}))
     if offload != run["offload"]:
         problems.append(f"zero_optimization offloads {offload} in {name} but --strategy offloads {run['offload']}; "
                         f"pick the preset that matches (e.g. zero{run['stage']}{'' if offload == 'none' else '_offload' if offload == 'optimizer' else '_offload_all'})")
@@ -111,6 +171,10 @@ def _same(a: Any, b: Any) -> bool:
         return float(a) == float(b)
     except (TypeError, ValueError):
         return a == b
+
+
+def _offload(zero: dict[str, Any]) -> str:
+    return "all" if _device(zero.get("offload_param")) else "optimizer" if _device(zero.get("offload_optimizer")) else "none"
 
 
 def _device(section: Any) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardlab.core import ds_config
+from shardlab.strategies import deepspeed_config as ds_config
 from shardlab.core.errors import UserError
 
 RUN = dict(micro_batch_size=4, grad_accum=2, world_size=8, grad_clip=1.0, precision="bf16-mixed", stage=3,

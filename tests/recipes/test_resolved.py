@@ -1,0 +1,119 @@
+"""One resolved run: what `recipe plan` prints is what `recipe run` does, built once in the launching process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shardlab.core.config import RunConfig
+from shardlab.core.errors import UserError
+from shardlab.recipes.plan import plan
+from shardlab.recipes.run import prepare
+
+CPU = dict(accelerator="cpu", devices=2)
+GPU_80 = dict(accelerator="gpu", gpus=1, gpu_memory_gib=80, cpu_memory_gib=512)
+
+
+def test_a_2_rank_run_resolves_and_tokenises_once_and_plan_says_what_it_did(recipe, tmp_path, monkeypatch):
+    trace = tmp_path / "trace"
+    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
+    flags = ("--strategy", "auto", "--accelerator", "cpu", "--devices", "2", "--max-steps", "2", "--output", tmp_path / "o")
+    proc = recipe("run", *flags, "--no-export")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [line.split()[0] for line in trace.read_text().splitlines()]
+    assert events.count("resolve") == 1 and events.count("tokenise") == 1, events  # the ranks read the launcher's file
+    assert not (tmp_path / "o" / ".prepared.pt").exists()  # the hand-off to the ranks is gone afterwards
+    written = json.loads((tmp_path / "o" / "resolved.json").read_text())
+    planned = json.loads(recipe("plan", *flags, "--no-export", "--json").stdout)["resolved"]
+    assert planned == written  # field for field, hardware and decisions included
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["config"] == written["config"] and summary["auto"] == written["auto"]
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(strategy="ddp", **CPU),
+    dict(strategy="zero3", precision="bf16-mixed", activation_checkpointing=True, **CPU),
+    dict(strategy="fsdp", model="tiny-llama3", micro_batch_size="auto", global_batch_size=256, **CPU),
+])
+def test_plan_resolves_what_run_prepares(cfg, cache_dir, monkeypatch):
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+    c = RunConfig(**cfg)
+    assert plan(c) == prepare(c).run
+
+
+def test_defaults_fit_the_model_and_the_machine():
+    r = plan(RunConfig(strategy="auto", model="llama-1b", **GPU_80))
+    c = r.config
+    assert c.seq_len == 2048 and c.kernels in ("torch", "liger") and c.compile is not None  # nothing left unset
+    assert c.micro_batch_size == r.largest_micro_batch > 1  # GPU default: the largest the estimate fits
+    assert any(d.startswith("micro-batch ") for d in r.decisions) and any(d.startswith("sequence length 2048") for d in r.decisions)
+    assert plan(RunConfig(model="tiny", **CPU)).config.seq_len == 128  # the tiny test shapes keep 128
+    probed = plan(RunConfig(model="llama-1b", accelerator="gpu", gpus=8, gpu_memory_gib=80)).hardware.describe()
+    assert "GPU(s) (given)" in probed and "CPU memory per node (probed)" in probed  # not "as given" for what was probed
+
+
+def test_global_batch_size_with_micro_batch_auto_on_cpu():
+    c = plan(RunConfig(strategy="ddp", micro_batch_size="auto", global_batch_size=96, model="tiny", **CPU)).config
+    assert c.micro_batch_size * c.grad_accum * c.devices == 96 and c.grad_accum >= 1
+    c = plan(RunConfig(strategy="ddp", micro_batch_size=4, global_batch_size=32, **CPU)).config
+    assert (c.micro_batch_size, c.grad_accum) == (4, 4)
+
+
+def _ds(tmp_path, name, cfg):
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_a_deepspeed_file_states_intent(tmp_path):
+    # what Hugging Face Trainer users write: ZeRO-3 offloading parameters and optimizer, fp16, checkpointing, WarmupDecayLR
+    offload_all = _ds(tmp_path, "offload.json", {
+        "fp16": {"enabled": True}, "gradient_checkpointing": True,
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
+        "optimizer": {"type": "AdamW", "params": {"lr": 5e-5, "weight_decay": "auto"}},
+        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 1000, "total_num_steps": 5000,
+                                                          "warmup_max_lr": "auto"}},
+        "train_micro_batch_size_per_gpu": "auto"})
+    r = plan(RunConfig(model="llama-7b", deepspeed_config=offload_all, **GPU_80))
+    c = r.config
+    assert (c.strategy, c.precision, c.activation_checkpointing) == ("zero3_offload_all", "16-mixed", True)
+    assert (c.lr, c.lr_schedule, c.warmup_steps, c.max_steps, c.min_lr_ratio) == (5e-5, "linear", 1000, 5000, 0.0)
+    assert any("offload.json decided" in d for d in r.decisions) and r.deepspeed_config["zero_optimization"]["stage"] == 3
+    assert "the file decided" in r.auto["reasons"][0]  # under --strategy auto (plan's default) the file picks the preset
+    stage2 = _ds(tmp_path, "z2.json", {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    assert plan(RunConfig(model="llama-1b", deepspeed_config=stage2, **GPU_80)).config.strategy == "zero2_offload"
+    # its own lr and bf16, no flags: no contradiction with the flags' defaults
+    bf16 = _ds(tmp_path, "bf16.json", {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3},
+                                       "optimizer": {"type": "AdamW", "params": {"lr": 5e-5}}})
+    c = plan(RunConfig(strategy="zero3", model="llama-1b", deepspeed_config=bf16, **GPU_80)).config
+    assert (c.strategy, c.precision, c.lr) == ("zero3", "bf16-mixed", 5e-5)
+    with pytest.raises(UserError, match=r"lr is 5e-05 in .*bf16.json but --lr gives 0.001"):  # only a typed flag contradicts
+        plan(RunConfig(strategy="zero3", model="llama-1b", deepspeed_config=bf16, lr=1e-3, **GPU_80))
+
+
+def test_launch_print_of_a_70b_plans_from_the_config_alone(recipe, cache_dir, tmp_path):
+    (tmp_path / "70b").mkdir()
+    (tmp_path / "70b" / "config.json").write_text(
+        json.dumps({**json.loads(open(os.path.join(os.path.dirname(__file__), "../../recipes/configs/models/llama-3.1-70b.json")).read())}))
+    before = sorted(p.name for p in cache_dir.rglob("*"))
+    for model in ("llama-2-70b", tmp_path / "70b"):
+        t0 = time.perf_counter()
+        proc = recipe("launch", "--print", "--model", model, "--num-nodes", "4", "--devices", "8", "--master-addr", "node0",
+                      "--master-port", "29500", "--accelerator", "gpu", "--gpu-memory-gib", "80", "--cpu-memory-gib", "1024",
+                      "--strategy", "zero3", "--activation-checkpointing")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "node 3: torchrun" in proc.stdout and time.perf_counter() - t0 < 30
+    assert sorted(p.name for p in cache_dir.rglob("*")) == before  # no weights built
+
+
+def test_export_config_writes_the_schedule(recipe, tmp_path):
+    out = tmp_path / "ds.json"
+    proc = recipe("export-config", "--format", "deepspeed", "--strategy", "zero3", "--lr-schedule", "cosine",
+                  "--warmup-steps", "10", "--output", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sched = json.loads(out.read_text())["scheduler"]
+    assert sched["type"] == "WarmupCosineLR" and sched["params"]["warmup_num_steps"] == 10
