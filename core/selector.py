@@ -41,8 +41,6 @@ class Decision:
     choice: str
     reasons: list[str]
     rows: list[Row] = field(default_factory=list)
-    grad_accum: Optional[int] = None
-    """Micro-batches per optimizer step the selector picked (CPU offload), or None: the run's own (1 if unset)."""
 
 
 def fits(e: Optional[Estimate], hw: Hardware) -> bool:
@@ -66,8 +64,8 @@ def _gib(b: int) -> str:
 
 
 def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Optional[str],
-           candidates: dict[str, tuple[Preset, Optional[Estimate]]], grad_accum: Optional[int] = None) -> Decision:
-    """grad_accum: the user's --grad-accum, or None (then an offload choice on GPUs gets the measured batch)."""
+           candidates: dict[str, tuple[Preset, Optional[Estimate]]]) -> Decision:
+    """Steps 1-3 of the tree and feasibility; step 4, the offload batch, is offload_batch() below."""
     rows = [Row(n, e, fits(e, hw), p.source) for n, (p, e) in candidates.items()]
     fitting = {r.name for r in rows if r.fits}
     est = {n: e for n, (_, e) in candidates.items()}
@@ -129,23 +127,29 @@ def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Option
         choice = nxt
     reasons.append(estimate_reason(choice, est[choice], hw))
 
-    # 4. The batch, for CPU offload on GPUs: enough micro-batches per step to amortise the CPU optimizer step.
-    picked = None
-    if hw.accelerator == "gpu" and candidates[choice][0].capabilities.offload != "none":
-        per_micro_batch = work.micro_batch_size * work.seq_len
-        wanted = max(1, math.ceil(OFFLOAD_TOKENS_PER_STEP / per_micro_batch))
-        if grad_accum is not None:
-            if grad_accum < wanted:
-                reasons.append(f"--grad-accum {grad_accum} kept as given; {min(wanted, OFFLOAD_MAX_GRAD_ACCUM)} would "
-                               f"amortise the CPU optimizer step ({MEASURED})")
-        elif wanted > 1:
-            picked = min(wanted, OFFLOAD_MAX_GRAD_ACCUM)
-            tokens = picked * per_micro_batch
-            reasons.append(f"gradient accumulation {picked}: {tokens:,} tokens per GPU per optimizer step amortise the "
-                           f"CPU optimizer step ({MEASURED}); --grad-accum N overrides"
-                           + ("" if tokens >= OFFLOAD_TOKENS_PER_STEP else
-                              f"; capped at {OFFLOAD_MAX_GRAD_ACCUM}: a larger --micro-batch-size, if it fits, is faster"))
-    return Decision(choice=choice, reasons=reasons, rows=rows, grad_accum=picked)
+    return Decision(choice=choice, reasons=reasons, rows=rows)
+
+
+def offload_batch(hw: Hardware, work: Workload, offloads: bool, grad_accum: Optional[int]) -> tuple[Optional[int], list[str]]:
+    """4. The batch, for CPU offload on GPUs: enough micro-batches per step to amortise the CPU optimizer step.
+
+    Called once the micro-batch is final (`--micro-batch-size auto` decides it after the choice). grad_accum:
+    the user's (--grad-accum, or what --global-batch-size implies), or None. Returns (picked or None, reasons)."""
+    if hw.accelerator != "gpu" or not offloads:
+        return None, []
+    per_micro_batch = work.micro_batch_size * work.seq_len
+    wanted = max(1, math.ceil(OFFLOAD_TOKENS_PER_STEP / per_micro_batch))
+    if grad_accum is not None:
+        return None, ([f"--grad-accum {grad_accum} kept as given; {min(wanted, OFFLOAD_MAX_GRAD_ACCUM)} would amortise "
+                       f"the CPU optimizer step ({MEASURED})"] if grad_accum < wanted else [])
+    if wanted == 1:
+        return None, []
+    picked = min(wanted, OFFLOAD_MAX_GRAD_ACCUM)
+    tokens = picked * per_micro_batch
+    return picked, [f"gradient accumulation {picked}: {tokens:,} tokens per GPU per optimizer step amortise the "
+                    f"CPU optimizer step ({MEASURED}); --grad-accum N overrides"
+                    + ("" if tokens >= OFFLOAD_TOKENS_PER_STEP else
+                       f"; capped at {OFFLOAD_MAX_GRAD_ACCUM}: a larger --micro-batch-size, if it fits, is faster")]
 
 
 def _nothing_fits(hw: Hardware, work: Workload, est: dict[str, Optional[Estimate]], offloads: dict[str, bool]) -> str:

@@ -117,11 +117,10 @@ def resolve_run(cfg: RunConfig, for_run: bool = True) -> ResolvedRun:
     hw = hw if accelerator == "gpu" else hw.model_copy(update={"gpus_per_node": 0})
     # 4. The preset: the selector's choice for `auto` (from this same workload), else the named one.
     candidates = _candidates(hw, shape, work, accelerator, precision)
-    auto, picked_accum = file_choice, None
-    strategy_name = cfg.strategy
+    auto, strategy_name = file_choice, cfg.strategy
     if strategy_name == "auto":
-        decision = selector.choose(hw, shape, work, cfg.offload, candidates, cfg.grad_accum)
-        auto, picked_accum, strategy_name = {"choice": decision.choice, "reasons": decision.reasons}, decision.grad_accum, decision.choice
+        decision = selector.choose(hw, shape, work, cfg.offload, candidates)
+        auto, strategy_name = {"choice": decision.choice, "reasons": decision.reasons}, decision.choice
     preset = registry.with_offload(registry.get(strategy_name), None if cfg.strategy == "auto" else cfg.offload)
     strategy = preset.build()
     if accelerator == "cpu" and not strategy.capabilities.cpu:
@@ -140,6 +139,11 @@ def resolve_run(cfg: RunConfig, for_run: bool = True) -> ResolvedRun:
                                                                  f"over {world} rank(s)" if divides else "")
                          + " (--micro-batch-size N sets it; --global-batch-size keeps the global batch whatever the hardware)")
         work = dataclasses.replace(work, micro_batch_size=micro)
+    picked_accum = None
+    if cfg.strategy == "auto":  # 4. the offload batch, from the final micro-batch
+        given = cfg.grad_accum or (cfg.global_batch_size // (micro * world) if cfg.global_batch_size else None)
+        picked_accum, more = selector.offload_batch(hw, work, preset.capabilities.offload != "none", given)
+        auto = {**auto, "reasons": auto["reasons"] + more}
     grad_accum = _accumulation(cfg, micro, world, picked_accum)
     # 6. The adapter's own checks, the user's DeepSpeed file, the estimate.
     resolved = cfg.model_copy(update=dict(

@@ -117,3 +117,10 @@ def test_export_config_writes_the_schedule(recipe, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     sched = json.loads(out.read_text())["scheduler"]
     assert sched["type"] == "WarmupCosineLR" and sched["params"]["warmup_num_steps"] == 10
+
+
+def test_the_offload_batch_follows_the_micro_batch_auto_took():
+    c = plan(RunConfig(strategy="auto", model="llama-7b", offload="optimizer", activation_checkpointing=True, **GPU_80)).config
+    tokens = c.micro_batch_size * c.seq_len
+    assert c.strategy == "zero3_offload" and c.micro_batch_size > 1  # sized after micro-batch auto, not at micro-batch 1
+    assert c.grad_accum == min(16, -(-131_072 // tokens))
