@@ -29,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(getattr(args, "config", None), overrides)
     if cfg.strategy == "auto":
         raise UserError("--strategy auto: export a named preset (`recipe plan` shows which one auto picks)")
-    run = resolve_run(cfg, for_run=False)  # a config for a cluster, not for here
+    run = resolve_run(cfg, for_run=False, need_memory=False)  # a config for a cluster, not for here
     strategy = registry.get(run.config.strategy).build()
     content = strategy.external_config(args.format, run.context(), run.optimizer())
     out = Path(args.output)

@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     if args.print_only:  # resolved for the cluster, from the config alone: nothing is built or tokenised
         from shardlab.recipes.resolve import resolve_run
 
-        resolve_run(cfg, for_run=False)
+        resolve_run(cfg, for_run=False, need_memory=False)
     else:
         from shardlab.recipes.run import prepare
 

@@ -22,8 +22,10 @@ MAX_SEQ_LEN = 2048  # the default sequence length is the model's context, up to 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)  # what `--micro-batch-size auto` tries
 
 
-def hardware(cfg: RunConfig, for_run: bool) -> Hardware:
-    """The hardware the run is decided for. for_run: it must be this machine (GPUs counted and checked)."""
+def hardware(cfg: RunConfig, for_run: bool, need_memory: bool = True) -> Hardware:
+    """The hardware the run is decided for. for_run: it must be this machine (GPUs counted and checked).
+    need_memory=False (export-config, launch --print): GPUs that are not here may come without --gpu-memory-gib;
+    their memory is then 0, and only a choice that needs it (strategy or micro-batch auto) is refused."""
     gpus = cfg.gpus
     if for_run and cfg.accelerator != "cpu":
         import torch
@@ -39,10 +41,17 @@ def hardware(cfg: RunConfig, for_run: bool) -> Hardware:
         gpus = cfg.devices  # planning a GPU run elsewhere: --devices is its GPUs per node
     if cfg.accelerator == "gpu" and gpus == 0:
         raise UserError("--gpus 0: a GPU run needs at least one GPU; use --accelerator cpu to plan a CPU run")
-    hw = probe(cfg.accelerator, cfg.num_nodes, gpus, cfg.gpu_memory_gib, cfg.cpu_memory_gib)
+    unknown_memory = not need_memory and cfg.accelerator == "gpu" and cfg.gpu_memory_gib is None and not _visible_gpus()
+    hw = probe(cfg.accelerator, cfg.num_nodes, gpus, 0.0 if unknown_memory else cfg.gpu_memory_gib, cfg.cpu_memory_gib)
     if "gpus" in hw.given and cfg.gpus is None:  # counted from --devices, not given with --gpus
         hw = hw.model_copy(update={"given": tuple(g for g in hw.given if g != "gpus")})
     return hw
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def _from_deepspeed_file(cfg: RunConfig) -> tuple[RunConfig, list[str], list[str], Optional[dict]]:
@@ -82,8 +91,9 @@ def _default_seq_len(name: str, context: int) -> int:
     return SHAPES.get(name, {}).get("default_seq_len") or min(context, MAX_SEQ_LEN)
 
 
-def resolve_run(cfg: RunConfig, for_run: bool = True) -> ResolvedRun:
-    """for_run=False: for a machine that is not this one (plan, export-config, launch --print): GPUs need not be here."""
+def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) -> ResolvedRun:
+    """for_run=False: for a machine that is not this one (plan, export-config, launch --print): GPUs need not be here.
+    need_memory=False: nor need their memory be given, unless a choice depends on it."""
     trace.note("resolve")
     decisions: list[str] = []
     # 1. The user's DeepSpeed file, then the model (its config only: nothing is built).
@@ -93,7 +103,7 @@ def resolve_run(cfg: RunConfig, for_run: bool = True) -> ResolvedRun:
     shape = memory.shape_of(model_cfg)
     context = model_cfg.max_position_embeddings
     # 2. The hardware, accelerator, processes per node and precision.
-    hw = hardware(cfg, for_run)
+    hw = hardware(cfg, for_run, need_memory)
     accelerator = hw.accelerator
     devices = cfg.devices if isinstance(cfg.devices, int) else (hw.gpus_per_node if accelerator == "gpu" else CPU_DEVICES)
     precision = precisions.resolve(cfg.precision, accelerator, hw.bf16)
@@ -110,6 +120,10 @@ def resolve_run(cfg: RunConfig, for_run: bool = True) -> ResolvedRun:
     if seq_len > context:
         raise UserError(f"--seq-len {seq_len}: the model takes at most {context} tokens")
     micro = cfg.micro_batch_size if cfg.micro_batch_size is not None else ("auto" if accelerator == "gpu" else CPU_MICRO_BATCH)
+    if accelerator == "gpu" and hw.gpu_memory_bytes == 0 and (cfg.strategy == "auto" or micro == "auto"):
+        what = "--strategy auto" if cfg.strategy == "auto" else "--micro-batch-size auto (the GPU default)"
+        raise UserError(f"{what} needs the GPU memory, and no GPU is here to measure; give --gpu-memory-gib, "
+                        f"or name the {'strategy' if cfg.strategy == 'auto' else 'micro-batch (--micro-batch-size N)'}")
     work = memory.Workload(micro_batch_size=1 if micro == "auto" else micro, seq_len=seq_len,
                            activation_checkpointing=cfg.activation_checkpointing, precision=precision,
                            gpus_per_node=devices, num_nodes=cfg.num_nodes,

@@ -36,7 +36,7 @@ def test_contradiction_and_wrong_strategy_are_refused(recipe, tmp_path):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 16, "zero_optimization": {"stage": 3}}))
     # the file states intent (micro-batch 16): only a flag the user typed can contradict it
-    for flags, expected in ((["--strategy", "zero3", "--micro-batch-size", "4"], "is 16 in ds.json but --micro-batch-size gives 4"),
-                            (["--strategy", "fsdp"], "--strategy fsdp: ds.json describes zero3")):
+    for flags, expected in ((["--strategy", "zero3", "--micro-batch-size", "4"], "ds.json but --micro-batch-size gives 4"),
+                            (["--strategy", "fsdp"], "ds.json describes zero3 (zero_optimization stage and offload)")):
         proc = recipe("run", "--accelerator", "cpu", "--deepspeed-config", cfg, "--output", tmp_path / "o", *flags)
         assert proc.returncode == 2 and expected in proc.stderr and not (tmp_path / "o").exists(), proc.stderr

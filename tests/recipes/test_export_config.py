@@ -29,7 +29,7 @@ def test_deepspeed_json_is_read_by_deepspeed(recipe, tmp_path, preset, stage, op
 def test_accelerate_yaml_is_read_by_accelerate(recipe, tmp_path, preset, kind):
     out = tmp_path / "accelerate.yaml"
     proc = recipe("export-config", "--format", "accelerate", "--strategy", preset, "--accelerator", "gpu",
-                  "--devices", "8", "--num-nodes", "2", "--output", out)
+                  "--devices", "8", "--num-nodes", "2", "--micro-batch-size", "4", "--output", out)
     assert proc.returncode == 0, proc.stderr
     cfg = load_config_from_file(str(out))
     assert cfg.distributed_type == kind and cfg.num_processes == 16 and cfg.num_machines == 2
