@@ -1,11 +1,17 @@
-"""Measured peak GPU memory vs shardlab's estimate, `llama-1b` on one GPU.
+"""Measured peak memory vs shardlab's estimate, on one GPU, for every preset under today's defaults and --kernels torch.
 
-Runs `recipe run --no-export --max-steps 3` for each (preset, micro-batch, activation checkpointing) in
-a few lanes of processes side by side on the one GPU (each process's torch.cuda.max_memory_allocated
-is its own; lanes only share the device's capacity, which they stay well under).
+Each point is one real `recipe run --max-steps 3 --no-export` of a (model, preset, kernels, activation
+checkpointing, micro-batch). Several run side by side on the one GPU: each process's
+torch.cuda.max_memory_allocated is its own, and a point is started only while the estimates of the running
+ones (x1.25, + 2 GiB each for the CUDA context and the allocator's slack) fit the device. Every row keeps the
+run's whole resolved config (summary.json's `config`) beside its numbers, so tests/core/test_memory.py checks
+each point against the estimate for *its* config, and finds whether the current defaults were measured at all.
+
 Usage (GPU machine, repo root, shardlab importable):
-    python3 benchmarks/gpu_memory.py --out OUT [--lanes 3] [--budget-s 400] [--jobs zero3:4:ac,ddp:8:noac,...]
-Writes OUT/memory.json and OUT/memory.md.
+    python3 benchmarks/gpu_memory.py --out OUT [--lanes 6] [--budget-s 540] [--grid default] [--jobs M:P:K:ac|noac:MB,...]
+        [--snapshot M:P:K:ac|noac:MB,...]
+Writes OUT/memory.json and OUT/memory.md; --snapshot points also dump the allocator's history and
+OUT/snapshot-<tag>.json names the tensors live at the peak (benchmarks/memory_snapshot.py).
 """
 from __future__ import annotations
 
@@ -19,72 +25,186 @@ import threading
 import time
 from pathlib import Path
 
-PRESETS = ["ddp", "zero2", "zero3", "fsdp", "zero2_offload", "zero3_offload", "zero3_offload_all", "fsdp_offload"]
-SETTINGS = [(4, False), (8, True), (4, True)]  # (micro-batch, activation checkpointing); (8, off) is in the foundation runs
+PRESETS = ["fsdp", "zero3", "zero2", "ddp", "zero3_offload", "zero3_offload_all", "zero2_offload", "fsdp_offload"]
+GiB = 2**30
+# (model, micro-batches, presets): the issue's grid. The 7B shape fits one H200 only with checkpointing and sharding/offload.
+SHAPES = [("llama-1b", (4, 8), PRESETS, (True, False)), ("llama-3.2-3b", (2, 4), PRESETS, (True, False)),
+          ("llama-2-7b", (1, 2), ["fsdp", "zero3_offload", "zero3_offload_all"], (True,))]
 
 
-def run_one(out: Path, name: str, mb: int, ac: bool, port: int) -> dict:
-    tag = f"{name}-mb{mb}-{'ac' if ac else 'noac'}"
-    cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", "--strategy", name, "--model", "llama-1b",
-           "--precision", "bf16-mixed", "--micro-batch-size", str(mb), "--seq-len", "2048", "--max-steps", "3",
-           "--no-export", "--output", str(out / tag)] + (["--activation-checkpointing"] if ac else [])
+def grid() -> list[tuple]:
+    """GPU defaults first (what users run), then --kernels torch; within each, smaller shapes first."""
+    jobs = []
+    for kernels in ("liger", "torch"):
+        for model, mbs, presets, acs in SHAPES:
+            for ac in acs:
+                for mb in mbs:
+                    jobs += [(model, p, kernels, ac, mb) for p in presets]
+    return jobs
+
+
+def tag(job: tuple) -> str:
+    model, preset, kernels, ac, mb = job
+    return f"{model}-{preset}-{kernels}-{'ac' if ac else 'noac'}-mb{mb}"
+
+
+def parse(spec: str) -> list[tuple]:
+    out = []
+    for j in filter(None, spec.split(",")):
+        m, p, k, ac, mb = j.split(":")
+        out.append((m, p, k, ac == "ac", int(mb)))
+    return out
+
+
+def command(job: tuple, out: Path) -> list[str]:
+    model, preset, kernels, ac, mb = job
+    return [sys.executable, "-m", "shardlab.recipes.cli", "run", "--model", model, "--strategy", preset,
+            "--kernels", kernels, "--micro-batch-size", str(mb), "--max-steps", "3", "--no-export", "--metrics", "none",
+            "--output", str(out / tag(job))] + (["--activation-checkpointing"] if ac else [])
+
+
+def estimate_bytes(job: tuple) -> int:
+    """The estimate shardlab gives this point now (in this process: no GPU needed)."""
+    from shardlab.core.config import RunConfig
+    from shardlab.recipes.resolve import resolve_run
+
+    model, preset, kernels, ac, mb = job
+    cfg = RunConfig(model=model, strategy=preset, kernels=kernels, micro_batch_size=mb, activation_checkpointing=ac,
+                    accelerator="gpu", devices=1, gpu_memory_gib=141, max_steps=3, export=False)
+    run = resolve_run(cfg, for_run=False)
+    return run.estimate["gpu_bytes"] if run.estimate else 40 * GiB
+
+
+def run_one(job: tuple, out: Path, port: int, snapshot: bool, timeout: float) -> dict:
+    cmd = command(job, out)
+    env = {**os.environ, "MASTER_PORT": str(port)}
+    if snapshot:
+        env["SHARDLAB_MEMORY_SNAPSHOT"] = str(out / f"{tag(job)}.pickle")
     t0 = time.time()
-    with open(out / f"{tag}.log", "w") as log:
-        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MASTER_PORT": str(port)})
-    row = {"preset": name, "micro_batch_size": mb, "activation_checkpointing": ac, "rc": rc,
-           "command": "recipe " + " ".join(cmd[3:]), "wall_s": round(time.time() - t0, 1)}
-    if rc == 0:
-        s = json.loads((out / tag / "summary.json").read_text())
-        row.update(measured_bytes=s["peak_memory_bytes"][0], estimate_bytes=s["memory_estimate"]["gpu_bytes"],
-                   parts=s["memory_estimate"]["parts"])
-        row["error"] = row["estimate_bytes"] / row["measured_bytes"] - 1
-    print(json.dumps({k: v for k, v in row.items() if k not in ("parts", "command")}), flush=True)
+    with open(out / f"{tag(job)}.log", "w") as log:
+        try:
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = 124
+    model, preset, kernels, ac, mb = job
+    row = {"model": model, "preset": preset, "kernels": kernels, "activation_checkpointing": ac, "micro_batch_size": mb,
+           "rc": rc, "command": "recipe " + " ".join(cmd[3:]), "wall_s": round(time.time() - t0, 1)}
+    summary = out / tag(job) / "summary.json"
+    if rc == 0 and summary.exists():
+        s = json.loads(summary.read_text())
+        row.update(measured_bytes=s["peak_memory_bytes"][0], peak_cpu_bytes=(s.get("peak_cpu_bytes") or [None])[0],
+                   estimate_at_run=s["memory_estimate"], config=s["config"], tokens_per_s=s["tokens_per_s"])
+        row["error"] = round(row["estimate_at_run"]["gpu_bytes"] / row["measured_bytes"] - 1, 4)
+    else:
+        row["log_tail"] = (out / f"{tag(job)}.log").read_text()[-600:]
+    if snapshot and (out / f"{tag(job)}.pickle").exists():
+        from benchmarks.memory_snapshot import live_at_peak
+
+        named = live_at_peak(out / f"{tag(job)}.pickle", layers=None)
+        (out / f"snapshot-{tag(job)}.json").write_text(json.dumps(named, indent=1))
+        os.remove(out / f"{tag(job)}.pickle")
+    print(json.dumps({k: v for k, v in row.items() if k not in ("config", "estimate_at_run", "command", "log_tail")}), flush=True)
     return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--lanes", type=int, default=3)
-    ap.add_argument("--budget-s", type=float, default=400)
-    ap.add_argument("--jobs", help="only these points: PRESET:MICRO_BATCH:ac|noac, comma-separated")
+    ap.add_argument("--lanes", type=int, default=6)
+    ap.add_argument("--budget-s", type=float, default=540, help="start no point after this; stop running ones at +60 s")
+    ap.add_argument("--capacity-gib", type=float, default=132)
+    ap.add_argument("--jobs", help="only these points: MODEL:PRESET:KERNELS:ac|noac:MICRO_BATCH, comma-separated")
+    ap.add_argument("--skip", default="", help="points not to run (measured in an earlier call), same form")
+    ap.add_argument("--ready", default="", help="MODEL:PATH,...: take MODEL's points only once PATH exists (weights built elsewhere)")
+    ap.add_argument("--snapshot", default="", help="points that also dump and name the allocator's live tensors at the peak")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(n, mb, ac) for mb, ac in SETTINGS for n in PRESETS]
-    if a.jobs:
-        jobs = [(p, int(mb), ac == "ac") for p, mb, ac in (j.split(":") for j in a.jobs.split(","))]
+    snapshots = set(parse(a.snapshot))
+    jobs = parse(a.jobs) if a.jobs else grid()
+    jobs = list(snapshots) + [j for j in jobs if j not in snapshots and j not in set(parse(a.skip))]
+    need = {j: int(estimate_bytes(j) * 1.25) + 2 * GiB for j in jobs}
+    too_big = [j for j in jobs if need[j] > a.capacity_gib * GiB * 1.3]  # beyond even the estimate's known slack
+    jobs = [j for j in jobs if j not in too_big]
     rows: list[dict] = []
-    lock, deadline = threading.Lock(), time.time() + a.budget_s
+    lock, cond = threading.Lock(), threading.Condition()
+    state = {"used": 0, "offload": 0, "running": 0, "exclusive": False}
+    ready = dict(r.split(":", 1) for r in filter(None, a.ready.split(",")))
+    t_start = time.time()
+    deadline = t_start + a.budget_s
+
+    def take():
+        """The next point that fits beside the running ones (offload points: two at a time, they share the CPUs)."""
+        with cond:
+            while True:
+                if time.time() > deadline or not jobs:
+                    return None
+                for j in jobs:
+                    if j[0] in ready and not os.path.exists(ready[j[0]]):
+                        continue
+                    off = "offload" in j[1]
+                    big = min(need[j], int(a.capacity_gib * GiB))
+                    # the 7B shape's offload points hold ~100 GiB of the host's 125: they run alone
+                    alone = off and j[0] == "llama-2-7b"
+                    if state["exclusive"] or (alone and state["running"]):
+                        continue
+                    if state["used"] + big <= a.capacity_gib * GiB and (not off or state["offload"] < 2):
+                        jobs.remove(j)
+                        state["used"] += big
+                        state["offload"] += off
+                        state["running"] += 1
+                        state["exclusive"] = alone
+                        return j, big, off
+                cond.wait(timeout=2)
 
     def lane(i: int) -> None:
-        while time.time() < deadline:
-            with lock:
-                if not jobs:
-                    return
-                job = jobs.pop(0)
-            row = run_one(out, *job, port=29500 + 10 * i)
-            with lock:
+        while True:
+            got = take()
+            if got is None:
+                return
+            j, big, off = got
+            row = run_one(j, out, 29500 + 10 * i, j in snapshots, max(30.0, deadline + 60 - time.time()))
+            with cond:
                 rows.append(row)
+                state["used"] -= big
+                state["offload"] -= off
+                state["running"] -= 1
+                state["exclusive"] = False if "offload" in j[1] and j[0] == "llama-2-7b" else state["exclusive"]
+                cond.notify_all()
 
     threads = [threading.Thread(target=lane, args=(i,)) for i in range(a.lanes)]
     [t.start() for t in threads]
     [t.join() for t in threads]
     import torch
 
-    meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "not_run": [list(j) for j in jobs]}
-    (out / "memory.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    lines = ["| preset | micro-batch | act. ckpt | measured GiB | estimate GiB | error |", "|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (PRESETS.index(r["preset"]), r["micro_batch_size"], r["activation_checkpointing"])):
-        if r["rc"] == 0:
-            lines.append(f"| {r['preset']} | {r['micro_batch_size']} | {'on' if r['activation_checkpointing'] else 'off'} | "
-                         f"{r['measured_bytes'] / 2**30:.1f} | {r['estimate_bytes'] / 2**30:.1f} | {r['error']:+.1%} |")
+    meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name() + " (one GPU)",
+            "versions": _versions(), "script": "benchmarks/gpu_memory.py " + " ".join(sys.argv[1:]),
+            "not_run": [tag(j) for j in jobs], "not_run_estimate_too_large": [tag(j) for j in too_big]}
+    (out / "memory.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    lines = ["| model | preset | kernels | act. ckpt | micro-batch | measured GiB | estimate at run GiB | error | CPU peak GiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["model"], r["kernels"], PRESETS.index(r["preset"]), r["activation_checkpointing"], r["micro_batch_size"])):
+        head = f"| {r['model']} | {r['preset']} | {r['kernels']} | {'on' if r['activation_checkpointing'] else 'off'} | {r['micro_batch_size']} |"
+        if "measured_bytes" in r:
+            cpu = f"{r['peak_cpu_bytes'] / GiB:.1f}" if r.get("peak_cpu_bytes") else ""
+            lines.append(f"{head} {r['measured_bytes'] / GiB:.2f} | {r['estimate_at_run']['gpu_bytes'] / GiB:.2f} | {r['error']:+.1%} | {cpu} |")
         else:
-            lines.append(f"| {r['preset']} | {r['micro_batch_size']} | {'on' if r['activation_checkpointing'] else 'off'} | failed (rc {r['rc']}) | | |")
+            lines.append(f"{head} failed (rc {r['rc']}) | | | |")
     (out / "memory.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    print("not run:", meta["not_run"])
+    print(f"not run: {len(meta['not_run'])}; total {time.time() - t_start:.0f} s")
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {}
+    for p in ("torch", "transformers", "lightning", "deepspeed", "liger-kernel", "accelerate"):
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            out[p] = None
+    return out
 
 
 if __name__ == "__main__":

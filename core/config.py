@@ -71,8 +71,8 @@ class RunConfig(BaseModel):
     """Per-step metrics (loss, lr, step time, tokens/s) to OUTPUT/logs: CSV, TensorBoard, both or none."""
     grad_clip: float = Field(1.0, ge=0)
     """Clip gradients to this global norm; 0 turns clipping off."""
-    activation_checkpointing: bool = False
-    """Recompute each decoder layer's activations in backward instead of keeping them."""
+    activation_checkpointing: Optional[bool] = None
+    """Recompute each decoder layer's activations in backward instead of keeping them; default: off, unless `--strategy auto` needs it to fit without (more) CPU offload (it says so); given either way, it is never overridden."""
     compile: Optional[bool] = None
     """torch.compile each decoder layer; default: off with Liger kernels (the GPU default where installed; they fail under compile), else on for GPU runs of the strategies measured faster with it (ddp, fsdp, zero2)."""
     chunked_loss: bool = False
@@ -97,6 +97,8 @@ class RunConfig(BaseModel):
     """Hardware to plan for: memory of one GPU in GiB (default: measured here)."""
     cpu_memory_gib: Optional[float] = Field(None, gt=0, le=65536)
     """Hardware to plan for: CPU memory of one node in GiB (default: measured here)."""
+    memory_headroom: float = 0.1
+    """Share of memory a plan leaves free, in [0, 0.5): a strategy fits when its estimate is within (1 - this) of each GPU's memory and of each node's CPU memory (room for the estimate's error, fragmentation, CUDA and NCCL buffers); 0 fits to the last byte."""
     launcher: Literal["torchrun", "slurm"] = "torchrun"
     """`recipe launch`: torchrun starts this node's processes; slurm runs one task per process under srun."""
     node_rank: Optional[int] = Field(None, ge=0)
@@ -125,6 +127,13 @@ class RunConfig(BaseModel):
     def _micro_batch_positive(cls, v: Union[int, str, None]) -> Union[int, str, None]:
         if isinstance(v, int) and v < 1:
             raise ValueError("must be at least 1, or auto")
+        return v
+
+    @field_validator("memory_headroom")
+    @classmethod
+    def _headroom_fraction(cls, v: float) -> float:
+        if not 0 <= v < 0.5:
+            raise ValueError("must be a fraction in [0, 0.5), the share of memory left free (0.1: fit within 90%)")
         return v
 
     @field_validator("devices")

@@ -54,6 +54,10 @@ class Workload:
     gpus_per_node: int
     num_nodes: int
     chunked_loss: bool = False
+    kernels: str = "torch"
+    """`liger`: Liger's fused RMSNorm, SwiGLU, RoPE and linear cross-entropy (what they keep differs from torch's)."""
+    compiled: Optional[bool] = False
+    """torch.compile per decoder layer (None: not decided yet, each preset's default) (with torch kernels: the fused graph keeps fewer norm intermediates)."""
 
     @property
     def world_size(self) -> int:
@@ -78,6 +82,11 @@ class ModelStates:
     runtime_buffers: int = 0
     """GPU buffers outside the backend's own model-state estimate (ZeRO-3 parameter offload fetches up to
     stage3_max_live_parameters parameters back to the GPU)."""
+    gradient_buckets: int = 0
+    """GPU buffers that fill only while decoder layers' gradients are reduced (after the loss's backward):
+    they meet a recomputed layer, not the loss's peak."""
+    forward_only: int = 0
+    """GPU bytes held only through forward (autocast's cache of 16-bit weights, freed when forward ends)."""
     fixed_overhead: Optional[int] = None
     """This backend's measured constant; None: FIXED_OVERHEAD_BYTES."""
 
@@ -120,49 +129,90 @@ def _shape_of(config_json: str) -> Shape:
                  head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
-def activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
-    """Activations kept for backward, per rank.
-
-    Per token and decoder layer, after Korthikanti et al. 2022 ("Reducing Activation Recomputation in
-    Large Transformer Models", sec. 4.1: 34·h bytes for a GPT layer with flash attention), recounted for
-    Llama in 16-bit: q/k/v-projection input, q, k, v, attention output and o-projection input
-    (about 8h + 4·kv); SwiGLU MLP input 2h plus gate, up, SiLU and product (8·intermediate); two RMSNorms
-    that keep their 16-bit input and an fp32 copy (12h). Attention scores are not stored (SDPA).
-    Activation checkpointing per decoder layer keeps each layer's input (2h) plus one layer recomputed.
-    Autocast over fp32 parameters keeps the two norm inputs in fp32 (+4h).
-    """
+def layer_activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
+    """Bytes one decoder layer keeps for backward, per token, counted from the allocator's history at the peak
+    of real runs (one H200, llama-1b, micro-batch 8: benchmarks/memory_snapshot.py names each tensor;
+    results/2026-12-03-memory-h200.md). In the compute dtype (c = 2 bytes in 16-bit):
+    - Liger kernels: the two RMSNorm outputs (2h c; Liger's norm keeps its input, the residual, and a per-row
+      rstd), q (h c), k and v (2 kv c), the attention output (h c) and its fp32 log-sum-exp (4 heads), the two
+      residual sums (2h c), gate and up (2i c; Liger's SwiGLU recomputes SiLU) and their product (i c):
+      12h + 6i + 4kv bytes in bf16, 59,648 per token for llama-1b (measured 59,660).
+    - torch eager: as above plus each norm's fp32 copy and SiLU's output: 22h + 8i + 4kv (Korthikanti et al.
+      2022's count redone for Llama); under torch.compile the norms' fp32 copies fuse away: 16h + 8i + 4kv
+      (measured 78,050 per token for llama-1b; the formula gives 78,848).
+    - autocast over fp32 parameters (DDP): the residual stream and the norm outputs stay fp32, and autocast
+      keeps a 16-bit copy of each norm output for the projections: +12h (Liger), +4h (torch, whose norm copies
+      are already fp32)."""
     kv = s.kv_heads * (s.head_dim or s.hidden // s.heads)
-    scale = w.compute_bytes / 2
-    per_layer = (22 * s.hidden + 8 * s.intermediate + 4 * kv) * scale + (4 * s.hidden if fp32_residual else 0)
+    c = w.compute_bytes
+    h, i = s.hidden, s.intermediate
+    if w.kernels == "liger":
+        per = (6 * h + 3 * i + 2 * kv) * c + 4 * s.heads + (12 * h if fp32_residual else 0)
+    else:
+        per = ((8 if w.compiled else 11) * h + 4 * i + 2 * kv) * c + (4 * h if fp32_residual else 0)
+    return int(per)
+
+
+def activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
+    """Activations kept for backward, per rank: every layer's (above), or with activation checkpointing per
+    decoder layer, each layer's input only (the residual stream: c bytes, fp32 under DDP's autocast)."""
     tokens = w.micro_batch_size * w.seq_len
     if w.activation_checkpointing:
-        return int(tokens * (s.layers * 2 * s.hidden * scale + per_layer))
-    return int(tokens * s.layers * per_layer)
+        return int(tokens * s.layers * s.hidden * (4 if fp32_residual else w.compute_bytes))
+    return int(tokens * s.layers * layer_activation_bytes(s, w, fp32_residual))
+
+
+def recompute_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
+    """With activation checkpointing, what backward adds while it recomputes one layer: that layer's activations
+    and the gradients of its input and output."""
+    if not w.activation_checkpointing:
+        return 0
+    tokens = w.micro_batch_size * w.seq_len
+    return int(tokens * (layer_activation_bytes(s, w, fp32_residual) + 2 * s.hidden * w.compute_bytes))
 
 
 CHUNK_TOKENS = 4096  # recipes/loss.py's chunk
 
 
-def logits_bytes(s: Shape, w: Workload) -> int:
-    """The logits and the loss's buffers: 16-bit logits, their fp32 upcast and log-softmax, fp32 gradient
-    (transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy): 2 + 4 + 4 bytes per value.
-    The chunked loss (recipes/loss.py) holds one chunk's worth at a time."""
-    per_value = 12 if w.compute_bytes == 4 else 10
+def logits_bytes(s: Shape, w: Workload, weight_bytes: Optional[int] = None) -> int:
+    """The output projection and the loss at their peak.
+    - torch: 16-bit logits, their fp32 upcast and log-softmax (transformers' ForCausalLMLoss upcasts before
+      cross-entropy): 2 + 4 + 4 bytes per value (12 in fp32) -- the chunked loss (recipes/loss.py) holds one
+      chunk's worth at a time;
+    - Liger's fused linear cross-entropy never holds the logits: the gradient of its input (tokens x h, and
+      shardlab's flattened copy of it), the gradient of the output matrix in the weight's dtype (vocab x h;
+      weight_bytes: 4 under DDP's fp32 parameters), and one chunk of logits (Liger sizes chunks so that
+      chunk x vocab ~ tokens x h, rounded up to a power of two), as the allocator's history showed."""
     tokens = w.micro_batch_size * w.seq_len
+    c = w.compute_bytes
+    if w.kernels == "liger":
+        inc = -(-s.vocab // s.hidden)
+        chunk = min(tokens, 1 << max(0, (-(-tokens // inc) - 1).bit_length()))
+        return int(2 * tokens * s.hidden * c + s.vocab * s.hidden * (weight_bytes or c) + chunk * s.vocab * c + 4 * tokens)
+    per_value = 12 if c == 4 or w.activation_checkpointing else 10
     return int(min(tokens, CHUNK_TOKENS if w.chunked_loss else tokens) * s.vocab * per_value)
 
 
 def estimate(states: Optional[ModelStates], s: Shape, w: Workload) -> Optional[Estimate]:
     """The peak per rank from a strategy's model states (Strategy.estimate calls this); None when the strategy
-    declares no memory model (it is then never auto-selected)."""
+    declares no memory model (it is then never auto-selected).
+
+    Two phases: forward/backward (model states without the step-only part, activations, then the larger of the
+    loss's buffers at the end of forward and, with checkpointing, one recomputed layer in backward) and the
+    optimizer step (all model states, activations freed). The peak is the larger, plus runtime buffers and the
+    backend's fixed overhead."""
     if states is None:
         return None
-    act, logits = activation_bytes(s, w, states.fp32_residual), logits_bytes(s, w)
-    backward = states.gpu - states.step_only + act + logits
+    act = activation_bytes(s, w, states.fp32_residual)
+    logits = logits_bytes(s, w, 4 if states.fp32_residual else None)
+    recompute = recompute_bytes(s, w, states.fp32_residual)
+    forward = states.gpu - states.step_only + states.forward_only + act + logits
+    backward = states.gpu - states.step_only + act + max(logits, recompute + states.gradient_buckets)
     overhead = FIXED_OVERHEAD_BYTES if states.fixed_overhead is None else states.fixed_overhead
     parts = {"model_states": states.gpu, "runtime_buffers": states.runtime_buffers, "activations": act,
-             "logits": logits, "fixed_overhead": overhead, "peak_phase_backward": int(backward >= states.gpu)}
-    gpu = max(backward, states.gpu) + states.runtime_buffers + overhead
+             "logits": logits, "recompute": recompute, "fixed_overhead": overhead,
+             "peak_phase_backward": int(max(forward, backward) >= states.gpu)}
+    gpu = max(forward, backward, states.gpu) + states.runtime_buffers + overhead
     return Estimate(gpu_bytes=gpu, cpu_bytes=states.cpu, parts=parts)
 
 

@@ -1,19 +1,22 @@
 """Which strategy to run: the owner's decision tree, then feasibility against the memory estimate.
 
-Every branch returns its reason, so `recipe plan` and `recipe run --strategy auto` can say why.
+Every branch returns its reason, so `recipe plan` and `recipe run --strategy auto` can say why. When nothing
+fits, the Decision has no choice: it names the closest option by the memory that binds (GPU, or CPU per node)
+and only the fixes that reduce that memory.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from shardlab.core.errors import UserError
 from shardlab.core.hardware import GiB, Hardware
 from shardlab.core.memory import Estimate, Shape, Workload
 from shardlab.core.registry import Preset
 
 LARGE_MODEL_PARAMS = 10e9  # the tree's split between FSDP and DeepSpeed
+OFFLOAD_LEVELS = ("none", "optimizer", "all")  # Capabilities.offload, cheapest first
 
 # CPU offload steps the optimizer on the CPU once per optimizer step (~1 s for llama-1b on 16 cores) and
 # copies gradients to the CPU once per micro-batch: enough tokens per step make both small next to forward
@@ -26,6 +29,39 @@ OFFLOAD_TOKENS_PER_STEP = 131_072  # per GPU
 OFFLOAD_MAX_GRAD_ACCUM = 16  # beyond the measured range the batch grows more than the step time shrinks
 MEASURED = ("ZeRO-3 offload's time per token against ZeRO-3's, one H200, llama-1b: 3.7x at 16,384 tokens per step, "
             "1.5x at 90,112, 1.0-1.2x at 163,840-180,224; 1.65x at 131,072 against the faster ZeRO-3 of 2026-12-03")
+# Activation checkpointing recomputes each decoder layer's forward in backward: one more forward, 8N FLOPs per
+# token where training costs 6N, so at most a third more time. Issue 18 measured 14% fewer tokens/s with it on the
+# Llama-3.2-3B shape on one H200; no file in benchmarks/results/ records that run yet.
+CHECKPOINTING_MEASURED = "14% fewer tokens/s on the Llama-3.2-3B shape, one H200 (issue 18)"
+OFFLOAD_MEASURED = ("ZeRO-3 offload took 1.65-4.3x ZeRO-3's time per token on one H200 (llama-1b, 131,072 and 16,384 "
+                    "tokens per step)")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What "fits" means: the memory there is, less the share the user leaves free (--memory-headroom)."""
+
+    hw: Hardware
+    headroom: float
+    ranks_per_node: int = 1  # CPU runs: every rank of a node shares its memory
+
+    @property
+    def gpu_bytes(self) -> int:
+        return int(self.hw.gpu_memory_bytes * (1 - self.headroom))
+
+    @property
+    def cpu_bytes(self) -> int:
+        """A GPU run's CPU side is the measured process (benchmarks/results/2026-12-03-memory-h200.md), kept whole;
+        a CPU run's ranks are what the headroom is for."""
+        return int(self.hw.cpu_memory_bytes * (1 - (self.headroom if self.hw.accelerator != "gpu" else 0)))
+
+    def describe(self) -> str:
+        keep, flag = f"{(1 - self.headroom) * 100:g}%", f"(--memory-headroom {self.headroom:g})"
+        if self.hw.accelerator == "gpu":
+            return (f"fits = within {keep} of {_gib(self.hw.gpu_memory_bytes)} per GPU ({_gib(self.gpu_bytes)}) {flag}, "
+                    f"and within {_gib(self.hw.cpu_memory_bytes)} CPU memory per node")
+        return (f"fits = the {self.ranks_per_node} rank(s) of a node within {keep} of its "
+                f"{_gib(self.hw.cpu_memory_bytes)} ({_gib(self.cpu_bytes)}) {flag}")
 
 
 @dataclass
@@ -38,38 +74,62 @@ class Row:
 
 @dataclass
 class Decision:
-    choice: str
+    choice: Optional[str]
+    """The preset, or None: nothing fits (closest, binding and fixes say what would)."""
     reasons: list[str]
     rows: list[Row] = field(default_factory=list)
+    """Every candidate under the activation checkpointing decided below."""
+    activation_checkpointing: bool = False
+    closest: Optional[str] = None
+    binding: Optional[str] = None
+    """Nothing fits: `gpu` (every candidate short of GPU memory) or `cpu` (some fit the GPUs, none the CPU memory)."""
+    fixes: list[str] = field(default_factory=list)
+    message: str = ""
+    """Nothing fits: the one line `recipe run --strategy auto` exits with."""
 
 
-def fits(e: Optional[Estimate], hw: Hardware) -> bool:
-    """GPU run: the per-rank estimate within one GPU, the CPU side within a node's memory.
-    CPU run: every rank of a node in the node's memory."""
+def fits(e: Optional[Estimate], budget: Budget) -> bool:
+    """GPU run: the per-rank estimate within one GPU's budget, the CPU side within a node's.
+    CPU run: every rank of a node within the node's budget."""
     if e is None:
         return False
-    if hw.accelerator == "gpu":
-        return e.gpu_bytes <= hw.gpu_memory_bytes and e.cpu_bytes <= hw.cpu_memory_bytes
-    ranks = max(1, hw.world_size // hw.num_nodes)
-    return e.gpu_bytes * ranks + e.cpu_bytes <= hw.cpu_memory_bytes
+    if budget.hw.accelerator == "gpu":
+        return e.gpu_bytes <= budget.gpu_bytes and e.cpu_bytes <= budget.cpu_bytes
+    return _node_need(e, budget) <= budget.cpu_bytes
 
 
-def estimate_reason(choice: str, e: Estimate, hw: Hardware) -> str:
-    return (f"{choice} is estimated at {_gib(e.gpu_bytes)} per {'GPU' if hw.accelerator == 'gpu' else 'rank'} "
-            f"and {_gib(e.cpu_bytes)} CPU per node, on {hw.describe()}")
+def table(candidates: dict[str, tuple[Preset, Optional[Estimate]]], budget: Budget) -> list[Row]:
+    return [Row(n, e, fits(e, budget), p.source) for n, (p, e) in candidates.items()]
 
 
-def _gib(b: int) -> str:
+def estimate_reason(choice: str, e: Estimate, budget: Budget) -> str:
+    hw = budget.hw
+    if hw.accelerator != "gpu":
+        return (f"{choice} is estimated at {_gib(e.gpu_bytes)} per rank and {_gib(e.cpu_bytes)} CPU per node "
+                f"({_gib(budget.cpu_bytes)} fit), on {hw.describe()}")
+    return (f"{choice} is estimated at {_gib(e.gpu_bytes)} per GPU ({_gib(budget.gpu_bytes)} fit) and "
+            f"{_gib(e.cpu_bytes)} CPU per node, on {hw.describe()}")
+
+
+def _gib(b: float) -> str:
     return f"{b / GiB:.1f} GiB"
 
 
-def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Optional[str],
-           candidates: dict[str, tuple[Preset, Optional[Estimate]]]) -> Decision:
-    """Steps 1-3 of the tree and feasibility; step 4, the offload batch, is offload_batch() below."""
-    rows = [Row(n, e, fits(e, hw), p.source) for n, (p, e) in candidates.items()]
+def choose(budget: Budget, shape: Shape, work: Workload, offload_requested: Optional[str],
+           candidates: dict[str, tuple[Preset, Optional[Estimate]]],
+           checkpointed: Optional[dict[str, tuple[Preset, Optional[Estimate]]]] = None) -> Decision:
+    """Steps 0-3 of the tree and feasibility; step 4, the offload batch, is offload_batch() below.
+    candidates: each preset with its estimate for `work`. checkpointed: the same with activation checkpointing on,
+    when the user did not say either way; None: work.activation_checkpointing is the user's word and stands."""
+    hw, reasons = budget.hw, []
+    # 0. Activation checkpointing, when not given: off, unless only it lets the run fit with less CPU offload.
+    checkpointing = work.activation_checkpointing
+    if checkpointed is not None:
+        checkpointing, why = _checkpointing(budget, candidates, checkpointed, offload_requested)
+        candidates, reasons = (checkpointed if checkpointing else candidates), reasons + why
+    rows = table(candidates, budget)
     fitting = {r.name for r in rows if r.fits}
     est = {n: e for n, (_, e) in candidates.items()}
-    reasons: list[str] = []
     size = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.2f}M"
     non_offload = [n for n, (p, e) in candidates.items() if p.capabilities.offload == "none" and e is not None]
 
@@ -80,15 +140,17 @@ def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Option
             role[p.capabilities.selector_role] = n
     offload_opt, offload_all = role.get("offload_optimizer"), role.get("offload_all")
 
-    # 1. Offload asked for, or nothing without offload fits on the GPUs while CPU memory suffices.
+    # 1. Offload asked for, or nothing without offload fits on the GPUs (even with checkpointing, when it was
+    #    not given) while CPU memory suffices.
     if offload_requested:
         choice = offload_all if offload_requested == "all" else offload_opt
         reasons.append(f"CPU offload of the {'optimizer and parameters' if offload_requested == 'all' else 'optimizer'} "
                        f"was asked for: {choice}")
     elif hw.accelerator == "gpu" and not fitting.intersection(non_offload) and fitting.intersection({offload_opt, offload_all}):
         choice = offload_opt
-        reasons.append(f"no strategy without offload fits in {_gib(hw.gpu_memory_bytes)} per GPU, and CPU memory "
-                       f"({_gib(hw.cpu_memory_bytes)} per node) holds the offloaded optimizer: {offload_opt}")
+        reasons.append(f"no strategy without offload fits in {_gib(budget.gpu_bytes)} per GPU"
+                       + ("" if checkpointed is None else ", with activation checkpointing or without")
+                       + f", and CPU memory ({_gib(budget.cpu_bytes)} per node) holds the offloaded optimizer: {offload_opt}")
         if offload_opt not in fitting:
             choice = offload_all
             reasons.append(f"optimizer offload alone does not fit: parameters go to CPU too ({offload_all})")
@@ -100,7 +162,7 @@ def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Option
     elif hw.num_nodes == 1 and hw.gpus_per_node < 8 and role.get("large_single_node") in fitting:
         choice = role["large_single_node"]
         reasons.append(f"{size} parameters (>= 10B) on one node of {hw.gpus_per_node} GPU(s) (< 8), "
-                       f"and {choice} fits ({_gib(est[choice].gpu_bytes)} per GPU): {choice}")
+                       f"and {choice} fits ({_gib(est[choice].gpu_bytes)} per GPU of {_gib(budget.gpu_bytes)}): {choice}")
     else:
         choice = role.get("large")
         why = "several nodes" if hw.num_nodes > 1 else (
@@ -114,20 +176,43 @@ def choose(hw: Hardware, shape: Shape, work: Workload, offload_requested: Option
         order = sorted((n for n, e in est.items() if e is not None), key=lambda n: (offloads[n], -est[n].gpu_bytes))
         below = order[order.index(choice) + 1:] if choice in order else order
         nxt = next((n for n in below if n in fitting), None)
-        need = _gib(est[choice].gpu_bytes) if est.get(choice) else "no estimate"
         if nxt is None:
-            raise UserError(_nothing_fits(hw, work, est, offloads))
+            return _nothing_fits(budget, shape, dataclasses.replace(work, activation_checkpointing=checkpointing),
+                                 candidates, rows, user_said_checkpointing=checkpointed is None)
         if choice is None:
             reasons.append(f"no installed preset declares this branch (Capabilities.selector_role): {nxt}, the first "
                            f"that fits in memory order ({_gib(est[nxt].gpu_bytes)} per GPU)")
         else:
-            reasons.append(f"{choice} would need {need} per GPU and {_gib(est[choice].cpu_bytes) if est.get(choice) else '?'} "
-                           f"CPU per node, more than there is: moved to {nxt}, the next in memory order "
+            need = (f"{_gib(est[choice].gpu_bytes)} per GPU and {_gib(est[choice].cpu_bytes)} CPU per node"
+                    if est.get(choice) else "memory it has no estimate for")
+            reasons.append(f"{choice} would need {need}, more than fits ({_gib(budget.gpu_bytes)} per GPU, "
+                           f"{_gib(budget.cpu_bytes)} CPU per node): moved to {nxt}, the next in memory order "
                            f"({_gib(est[nxt].gpu_bytes)} per GPU)")
         choice = nxt
-    reasons.append(estimate_reason(choice, est[choice], hw))
+    return Decision(choice=choice, reasons=reasons, rows=rows, activation_checkpointing=checkpointing)
 
-    return Decision(choice=choice, reasons=reasons, rows=rows)
+
+def _checkpointing(budget: Budget, plain: dict, checkpointed: dict, offload_requested: Optional[str]) -> tuple[bool, list[str]]:
+    """Without CPU offload, then with it (only the kind asked for with --offload): the first group that fits
+    without checkpointing leaves it off, else the first that fits with it turns it on. Checkpointing costs
+    CHECKPOINTING_MEASURED, offload several times that (MEASURED). Nothing fits at all: on, the smaller need."""
+    groups = [(offload_requested,)] if offload_requested else [("none",), ("optimizer", "all")]
+    for offloads in groups:
+        if _fitting(plain, budget, offloads):
+            return False, []
+        with_it = _fitting(checkpointed, budget, offloads)
+        if with_it and offloads == ("none",):
+            return True, [f"activation checkpointing on: no strategy without CPU offload fits in {_gib(budget.gpu_bytes)} "
+                          f"per GPU without it, and {', '.join(with_it)} with it; it costs {CHECKPOINTING_MEASURED}, "
+                          f"where {OFFLOAD_MEASURED}; --no-activation-checkpointing keeps it off"]
+        if with_it:
+            return True, [f"activation checkpointing on: nothing fits in {_gib(budget.gpu_bytes)} per GPU without it, CPU "
+                          f"offload included, and {', '.join(with_it)} with it; --no-activation-checkpointing keeps it off"]
+    return True, []
+
+
+def _fitting(candidates: dict, budget: Budget, offloads: tuple[str, ...]) -> list[str]:
+    return [n for n, (p, e) in candidates.items() if p.capabilities.offload in offloads and fits(e, budget)]
 
 
 def offload_batch(hw: Hardware, work: Workload, offloads: bool, grad_accum: Optional[int]) -> tuple[Optional[int], list[str]]:
@@ -152,19 +237,81 @@ def offload_batch(hw: Hardware, work: Workload, offloads: bool, grad_accum: Opti
                        f"; capped at {OFFLOAD_MAX_GRAD_ACCUM}: a larger --micro-batch-size, if it fits, is faster")]
 
 
-def _nothing_fits(hw: Hardware, work: Workload, est: dict[str, Optional[Estimate]], offloads: dict[str, bool]) -> str:
-    known = {n: e for n, e in est.items() if e is not None}
-    smallest = min(known, key=lambda n: known[n].gpu_bytes)
-    e = known[smallest]
-    ideas = ["more GPUs (--gpus, --num-nodes)"]
-    if not offloads[smallest]:
-        ideas.append("CPU offload (--offload optimizer or all)")
-    if e.cpu_bytes > hw.cpu_memory_bytes:
-        ideas.append("more CPU memory per node")
-    if not work.activation_checkpointing:
-        ideas.append("--activation-checkpointing")
-    if work.micro_batch_size > 1:
-        ideas.append(f"a smaller --micro-batch-size (now {work.micro_batch_size})")
-    where = "per GPU" if hw.accelerator == "gpu" else "per rank"
-    return (f"no strategy fits: the smallest, {smallest}, needs {_gib(e.gpu_bytes)} {where} and {_gib(e.cpu_bytes)} "
-            f"CPU per node on {hw.describe()}; try {', '.join(ideas)}")
+def _nothing_fits(budget: Budget, shape: Shape, work: Workload, candidates: dict, rows: list[Row],
+                  user_said_checkpointing: bool) -> Decision:
+    """No candidate fits: the closest by the memory that binds, and only the fixes that reduce that memory.
+    Every candidate short of GPU memory: the smallest GPU need. Some fit the GPUs but none the CPU memory per node:
+    the smallest CPU need among those. A CPU run: the smallest need per node."""
+    hw, ac = budget.hw, work.activation_checkpointing
+    known = {n: (p, e) for n, (p, e) in candidates.items() if e is not None}
+    if not known:
+        msg = "no strategy fits: no preset that runs here has a memory model; name one with --strategy"
+        return Decision(None, [msg], rows, ac, message=msg)
+    on_gpus = [n for n, (_, e) in known.items() if hw.accelerator == "gpu" and e.gpu_bytes <= budget.gpu_bytes]
+    if hw.accelerator != "gpu":
+        binding, need, have, total, unit = "cpu", (lambda e: _node_need(e, budget)), budget.cpu_bytes, hw.cpu_memory_bytes, "per node"
+    elif on_gpus:
+        binding, need, have, total, unit = "cpu", (lambda e: e.cpu_bytes), budget.cpu_bytes, hw.cpu_memory_bytes, "CPU per node"
+    else:
+        binding, need, have, total, unit = "gpu", (lambda e: e.gpu_bytes), budget.gpu_bytes, hw.gpu_memory_bytes, "per GPU"
+    closest = min(on_gpus or known, key=lambda n: need(known[n][1]))
+    preset, e = known[closest]
+    again = _again(preset, shape, work)
+    fixes = _more_nodes(again, need, have, work, closest, "more GPUs" if binding == "gpu" else "more nodes", unit)
+    if binding == "gpu" or hw.accelerator != "gpu":  # memory per rank binds
+        if not ac:
+            fixes.append(f"--activation-checkpointing, which you turned off ({closest}: {_gib(need(again(activation_checkpointing=True)))} "
+                         f"{unit} with it)")
+        if work.micro_batch_size > 1:
+            fixes.append(f"a smaller --micro-batch-size (now {work.micro_batch_size}; {closest} at 1: "
+                         f"{_gib(need(again(micro_batch_size=1)))} {unit})")
+        if hw.accelerator == "gpu" and preset.capabilities.offload == "none":
+            fixes.append("CPU offload (--offload optimizer, or all)")
+        if hw.accelerator != "gpu":
+            fixes.append(f"nodes with more memory ({closest} needs {_gib(need(e))} per node; --cpu-memory-gib plans for them)")
+    else:  # CPU memory per node binds
+        fixes.insert(0, f"nodes with more CPU memory ({closest} needs {_gib(need(e))} per node; --cpu-memory-gib plans for them)")
+        level = OFFLOAD_LEVELS.index
+        less = [n for n, (p, o) in known.items()
+                if level(p.capabilities.offload) < level(preset.capabilities.offload) and o.cpu_bytes < e.cpu_bytes]
+        if less:  # it is short of GPU memory (else it would be the closest): how many nodes would hold it
+            n = min(less, key=lambda n: known[n][1].cpu_bytes)
+            o = known[n][1]
+            nodes = _more_nodes(_again(known[n][0], shape, work), lambda x: x.gpu_bytes, budget.gpu_bytes, work, n,
+                                "more GPUs", "per GPU")
+            if nodes:
+                fixes.append(f"less CPU offload: {n} needs {_gib(o.cpu_bytes)} CPU per node but {_gib(o.gpu_bytes)} per GPU; "
+                             + nodes[0])
+    if need(e) <= total:
+        fixes.append(f"--memory-headroom {math.floor((1 - need(e) / total) * 100) / 100:g} or less ({closest} needs "
+                     f"{_gib(need(e))} of {_gib(total)} {unit}, leaving less room for what the estimate misses)")
+    short = ("every strategy is short of GPU memory" if binding == "gpu" else
+             f"{len(on_gpus)} fit the GPUs but none the CPU memory" if hw.accelerator == "gpu" else
+             "every strategy is short of memory")
+    summary = (f"{short}; the closest, {closest}, needs {_gib(need(e))} {unit} where {_gib(have)} fit "
+               f"({(1 - budget.headroom) * 100:g}% of {_gib(total)}, --memory-headroom {budget.headroom:g})")
+    why = [] if user_said_checkpointing or not ac else [
+        "activation checkpointing on in this table: nothing fits without it either"]
+    message = f"no strategy fits on {hw.describe()}: {summary}; try {'; '.join(fixes) or 'a larger machine'}"
+    return Decision(None, why + [summary], rows, ac, closest=closest, binding=binding, fixes=fixes, message=message)
+
+
+def _again(preset: Preset, shape: Shape, work: Workload):
+    """The preset's estimate for the workload with some fields changed."""
+    return lambda **change: preset.build().estimate(shape, dataclasses.replace(work, **change))
+
+
+def _more_nodes(again, need, have: int, work: Workload, name: str, what: str, unit: str) -> list[str]:
+    """More nodes, only where they shrink the preset's need: the fewest (up to 16x) that fit it."""
+    now, more = again(), again(num_nodes=work.num_nodes * 2)
+    if now is None or more is None or need(more) >= need(now):
+        return []
+    for nodes in (work.num_nodes * k for k in (2, 4, 8, 16)):
+        e = again(num_nodes=nodes)
+        if e is not None and need(e) <= have:
+            return [f"{what}: {nodes} nodes (--num-nodes {nodes}) bring {name} to {_gib(need(e))} {unit}"]
+    return [f"{what} ({'--gpus, ' if what == 'more GPUs' else ''}--num-nodes): {name}'s share shrinks with them"]
+
+
+def _node_need(e: Estimate, budget: Budget) -> int:
+    return e.gpu_bytes * budget.ranks_per_node + e.cpu_bytes

@@ -31,6 +31,7 @@ class StepRecorder(pl.Callback):
         self.losses: list[float] = []
         self.step_s: list[float] = []
         self.peaks: list[int] = []
+        self.cpu_peaks: list[int] = []
         self._micro: list[torch.Tensor] = []
         self._t0 = 0.0
         self._lr = 0.0
@@ -77,8 +78,35 @@ class StepRecorder(pl.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         peak = torch.tensor([peak_memory_bytes(pl_module.device)], device=trainer.strategy.root_device)
         self.peaks = [int(x) for x in trainer.strategy.all_gather(peak).flatten().tolist()]
+        rss = torch.tensor([int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024], device=trainer.strategy.root_device)
+        self.cpu_peaks = [int(x) for x in trainer.strategy.all_gather(rss).flatten().tolist()]
 
     def median_step_s(self) -> float:
         """Median optimizer-step time after warm-up: 5 steps (as the raw-Lightning anchor), fewer on short runs."""
         warmup = min(5, len(self.step_s) // 2)
         return statistics.median(self.step_s[warmup:])
+
+
+class MemorySnapshot(pl.Callback):
+    """Global rank 0 on a GPU: the allocator's history from the start of training, dumped after `steps` optimizer
+    steps to `path` (a pickle that https://pytorch.org/memory_viz reads; benchmarks/memory_snapshot.py names the
+    tensors live at the peak). Set by SHARDLAB_MEMORY_SNAPSHOT=PATH; a diagnostic, off by default."""
+
+    def __init__(self, path: str, steps: int = 2) -> None:
+        self.path, self.steps, self.baseline, self.done = path, steps, 0, False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.global_rank == 0 and pl_module.device.type == "cuda":
+            self.baseline = torch.cuda.memory_allocated(pl_module.device)
+            torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_rank == 0 and pl_module.device.type == "cuda" and not self.done and trainer.global_step >= self.steps:
+            snapshot = torch.cuda.memory._snapshot()
+            snapshot["shardlab_baseline_bytes"] = self.baseline
+            import pickle
+
+            with open(self.path, "wb") as f:
+                pickle.dump(snapshot, f)
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self.done = True

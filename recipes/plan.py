@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from shardlab.core.config import RunConfig, load_config
 from shardlab.core.hardware import GiB
 from shardlab.core.resolved import ResolvedRun
-from shardlab.recipes.resolve import resolve_run
+from shardlab.core.selector import Budget
+from shardlab.recipes.resolve import NothingFits, resolve_run
 
 
 # fsdp with Liger kernels 68,026 -> 73,680 tokens/s (53.0% -> 57.4% MFU) from micro-batch 8 to 16 on one H200,
@@ -22,7 +24,8 @@ MICRO_BATCH_MEASURED = "fsdp, one H200, llama-1b: 68,026 tokens/s at micro-batch
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from shardlab.recipes.run import add_run_arguments
 
-    parser.add_argument("--json", action="store_true", help="print one JSON object: model, choice, reasons, strategies, resolved")
+    parser.add_argument("--json", action="store_true", help="print one JSON object: model, choice, reasons, strategies, resolved; "
+                                                          "when nothing fits, choice null, closest and fixes (exit 2)")
     parser.add_argument("--show-config", action="store_true",
                         help="print the run's config with every default and `auto` resolved, as YAML")
     add_run_arguments(parser)
@@ -41,15 +44,33 @@ def as_json(run: ResolvedRun) -> dict:
             "largest_micro_batch": run.largest_micro_batch,
             "reasons": run.auto["reasons"] if run.auto else [f"--strategy {c.strategy} was given"],
             "decisions": run.decisions, "strategies": run.candidates, "hardware": run.hardware.model_dump(),
+            "memory_headroom": c.memory_headroom, "budget": _budget_json(_budget(run)),
             "workload": {"micro_batch_size": c.micro_batch_size, "seq_len": c.seq_len, "grad_accum": c.grad_accum,
                          "activation_checkpointing": c.activation_checkpointing, "precision": c.precision,
                          "gpus_per_node": c.devices, "num_nodes": c.num_nodes},
             "resolved": run.model_dump(mode="json")}
 
 
+def nothing_fits_json(e: NothingFits) -> dict:
+    """The same table with every row `fits: false`, no choice, the closest option by the memory that binds and its fixes."""
+    d, w = e.decision, e.work
+    return {"model": e.model, "choice": None, "closest": d.closest, "binding": d.binding, "fixes": d.fixes,
+            "reasons": d.reasons, "error": str(e), "strategies": e.rows, "hardware": e.budget.hw.model_dump(),
+            "memory_headroom": e.budget.headroom, "budget": _budget_json(e.budget),
+            "workload": {"micro_batch_size": w.micro_batch_size, "seq_len": w.seq_len, "grad_accum": None,
+                         "activation_checkpointing": w.activation_checkpointing, "precision": w.precision,
+                         "gpus_per_node": w.gpus_per_node, "num_nodes": w.num_nodes}}
+
+
 def main(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
-    run = plan(load_config(getattr(args, "config", None), overrides))
+    cfg = load_config(getattr(args, "config", None), overrides)
+    try:
+        run = plan(cfg)
+    except NothingFits as e:  # exit 2 as any bad input, with the table that shows why
+        print(json.dumps(nothing_fits_json(e), indent=2) if args.json else _nothing_fits_text(e))
+        print(f"recipe: error: {e}", file=sys.stderr)
+        return e.exit_code
     c = run.config
     if args.show_config:
         import yaml
@@ -60,18 +81,9 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(as_json(run), indent=2))
         return 0
-    where = "GPU" if c.accelerator == "gpu" else "rank"
-    m = run.model
-    size = f"{m['params'] / 1e9:.2f}B" if m["params"] >= 1e9 else f"{m['params'] / 1e6:.2f}M"
-    print(f"model: {m['name']}, {size} parameters{' (tied embeddings)' if m['tied'] else ''}")
-    print(f"hardware: {run.hardware.describe()}; workload: micro-batch {c.micro_batch_size} x seq {c.seq_len} x "
-          f"accumulation {c.grad_accum}, {c.precision}, activation checkpointing {'on' if c.activation_checkpointing else 'off'}")
-    print(f"{'strategy':<20} {'per ' + where:>12} {'CPU per node':>13}  fits")
-    for r in run.candidates:
-        if r["gpu_bytes"] is None:
-            print(f"{r['name']:<20} {'no estimate':>12} {'':>13}  -")
-            continue
-        print(f"{r['name']:<20} {r['gpu_bytes'] / GiB:>8.1f} GiB {r['cpu_bytes'] / GiB:>9.1f} GiB  {'yes' if r['fits'] else 'no'}")
+    print(_table(run.model, _budget(run), f"micro-batch {c.micro_batch_size} x seq {c.seq_len} x accumulation "
+                 f"{c.grad_accum}, {c.precision}, activation checkpointing {'on' if c.activation_checkpointing else 'off'}",
+                 run.candidates))
     print(f"choice: {c.strategy}")
     for reason in (run.auto["reasons"] if run.auto else [f"--strategy {c.strategy} was given"]):
         print(f"  - {reason}")
@@ -81,3 +93,40 @@ def main(args: argparse.Namespace) -> int:
         print(f"micro-batch: up to {run.largest_micro_batch} fits with {c.strategy} by the estimate (--micro-batch-size "
               f"auto takes it); larger ones ran faster ({MICRO_BATCH_MEASURED}) but change the global batch")
     return 0
+
+
+def _nothing_fits_text(e: NothingFits) -> str:
+    d, w = e.decision, e.work
+    lines = [_table(e.model, e.budget, f"micro-batch {w.micro_batch_size} x seq {w.seq_len}, {w.precision}, "
+                    f"activation checkpointing {'on' if w.activation_checkpointing else 'off'}", e.rows),
+             "choice: none, no strategy fits"]
+    lines += [f"  - {r}" for r in d.reasons]
+    if d.closest:
+        lines.append(f"closest: {d.closest}; what would make it fit:")
+        lines += [f"  - {f}" for f in d.fixes]
+    return "\n".join(lines)
+
+
+def _table(model: dict, budget: Budget, workload: str, rows: list[dict]) -> str:
+    """The header (model, hardware, workload, what fits means) and every candidate's estimate."""
+    where = "GPU" if budget.hw.accelerator == "gpu" else "rank"
+    size = f"{model['params'] / 1e9:.2f}B" if model["params"] >= 1e9 else f"{model['params'] / 1e6:.2f}M"
+    lines = [f"model: {model['name']}, {size} parameters{' (tied embeddings)' if model['tied'] else ''}",
+             f"hardware: {budget.hw.describe()}; workload: {workload}", budget.describe(),
+             f"{'strategy':<20} {'per ' + where:>12} {'CPU per node':>13}  fits"]
+    for r in rows:
+        if r["gpu_bytes"] is None:
+            lines.append(f"{r['name']:<20} {'no estimate':>12} {'':>13}  -")
+            continue
+        lines.append(f"{r['name']:<20} {r['gpu_bytes'] / GiB:>8.1f} GiB {r['cpu_bytes'] / GiB:>9.1f} GiB  "
+                     f"{'yes' if r['fits'] else 'no'}")
+    return "\n".join(lines)
+
+
+def _budget(run: ResolvedRun) -> Budget:
+    return Budget(run.hardware, run.config.memory_headroom, run.config.devices)
+
+
+def _budget_json(budget: Budget) -> dict:
+    return {"gpu_bytes": budget.gpu_bytes if budget.hw.accelerator == "gpu" else None, "cpu_bytes": budget.cpu_bytes,
+            "describe": budget.describe()}

@@ -91,24 +91,71 @@ def _default_seq_len(name: str, context: int) -> int:
     return SHAPES.get(name, {}).get("default_seq_len") or min(context, MAX_SEQ_LEN)
 
 
+class NothingFits(UserError):
+    """`--strategy auto` found nothing that fits: `recipe run` prints the one line (exit 2), `recipe plan` the table
+    (every candidate, none fitting), the closest option and the fixes."""
+
+    def __init__(self, decision: selector.Decision, budget: selector.Budget, model: dict, work: memory.Workload):
+        super().__init__(decision.message)
+        self.decision, self.budget, self.model, self.work = decision, budget, model, work
+        self.rows = [_row(r) for r in decision.rows]
+
+
 def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) -> ResolvedRun:
     """for_run=False: for a machine that is not this one (plan, export-config, launch --print): GPUs need not be here.
     need_memory=False: nor need their memory be given, unless a choice depends on it."""
     trace.note("resolve")
-    decisions: list[str] = []
     # 1. The user's DeepSpeed file, then the model (its config only: nothing is built).
-    cfg, from_file, warnings, file_choice = _from_deepspeed_file(cfg)
-    decisions += from_file
+    cfg, decisions, warnings, file_choice = _from_deepspeed_file(cfg)
     model_cfg = model_config(cfg.model)
-    shape = memory.shape_of(model_cfg)
-    context = model_cfg.max_position_embeddings
-    # 2. The hardware, accelerator, processes per node and precision.
+    shape, context = memory.shape_of(model_cfg), model_cfg.max_position_embeddings
+    # 2. The hardware, accelerator, processes per node and precision; what "fits" means there.
     hw = hardware(cfg, for_run, need_memory)
-    accelerator = hw.accelerator
-    devices = cfg.devices if isinstance(cfg.devices, int) else (hw.gpus_per_node if accelerator == "gpu" else CPU_DEVICES)
-    precision = precisions.resolve(cfg.precision, accelerator, hw.bf16)
-    # 3. Kernels (Liger's fused kernels where installed on GPUs: measured fastest,
-    #    benchmarks/results/2026-12-02-liger-h200.md) and the sequence length.
+    devices = cfg.devices if isinstance(cfg.devices, int) else (hw.gpus_per_node if hw.accelerator == "gpu" else CPU_DEVICES)
+    precision = precisions.resolve(cfg.precision, hw.accelerator, hw.bf16)
+    budget = selector.Budget(hw if hw.accelerator == "gpu" else hw.model_copy(update={"gpus_per_node": 0}),
+                             cfg.memory_headroom, devices)
+    # 3. Kernels and the sequence length.
+    kernels, seq_len = _kernels_and_seq_len(cfg, hw.accelerator, context, decisions)
+    # 4. The workload the estimate sees: micro-batch 1 while `auto` is undecided, checkpointing as given (else off).
+    micro, work = _workload(cfg, budget.hw, devices, precision, kernels, seq_len)
+    # 5. The preset, and activation checkpointing: the selector's choice for `auto`, else the named preset.
+    preset, decision, work = _preset(cfg, budget, shape, work, decisions)
+    strategy = preset.build()
+    if hw.accelerator == "cpu" and not strategy.capabilities.cpu:
+        raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
+    compile_ = _compiled(preset, work, hw.accelerator)
+    work = dataclasses.replace(work, compiled=compile_)  # torch.compile keeps fewer activations (core/memory.py)
+    # 6. The batch: micro-batch (auto: the largest the estimate fits), then accumulation (for offload under auto,
+    #    the selector's step 4, from the final micro-batch).
+    micro, largest, grad_accum, batch_reasons = _batch(cfg, strategy, preset, budget, shape, work, micro, decisions)
+    work = dataclasses.replace(work, micro_batch_size=micro)
+    # 7. The adapter's own checks, the user's DeepSpeed file, the estimate and the table, for the run that trains.
+    estimate = strategy.estimate(shape, work)
+    auto = file_choice  # under `auto`, the DeepSpeed file's preset with its reason, or the selector's:
+    if decision is not None:  # its estimate line quotes the workload that trains (the micro-batch auto took)
+        auto = {"choice": preset.name, "reasons": decision.reasons + (
+            [selector.estimate_reason(preset.name, estimate, budget)] if estimate is not None else []) + batch_reasons}
+    resolved = cfg.model_copy(update=dict(
+        strategy=preset.name, offload=None, accelerator=hw.accelerator, devices=devices, precision=precision,
+        kernels=kernels, compile=compile_, seq_len=seq_len, micro_batch_size=micro, grad_accum=grad_accum,
+        activation_checkpointing=work.activation_checkpointing, output=cfg.output or f"runs/{preset.name}"))
+    run = ResolvedRun(config=resolved, hardware=budget.hw, model={"name": cfg.model, **shape.describe()},
+                      context_length=context, decisions=decisions, auto=auto, warnings=warnings)
+    run = _check(run, strategy, cfg, shape, kernels)
+    # Every candidate estimated again, at the final micro-batch and checkpointing: the choice above was made at
+    # micro-batch 1 when `auto` (what fits at all decides the preset; the micro-batch then follows from it),
+    # while the table shows the run that trains.
+    rows = [_row(r) for r in selector.table(_candidates(budget.hw, shape, work, precision), budget)]
+    return run.model_copy(update={
+        "candidates": rows, "largest_micro_batch": largest,
+        "estimate": None if estimate is None else {"gpu_bytes": estimate.gpu_bytes, "cpu_bytes": estimate.cpu_bytes,
+                                                   "parts": estimate.parts}})
+
+
+def _kernels_and_seq_len(cfg: RunConfig, accelerator: str, context: int, decisions: list[str]) -> tuple[str, int]:
+    """Liger's fused kernels where installed on GPUs (measured fastest, benchmarks/results/2026-12-02-liger-h200.md);
+    the sequence length: the model's context up to MAX_SEQ_LEN, or the test shape's default."""
     from shardlab.recipes import kernels as kernel_lib
 
     kernels = cfg.kernels or ("torch" if cfg.compile else kernel_lib.default(accelerator))
@@ -119,93 +166,113 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
         decisions.append(f"sequence length {seq_len}: {why}; --seq-len sets it")
     if seq_len > context:
         raise UserError(f"--seq-len {seq_len}: the model takes at most {context} tokens")
-    micro = cfg.micro_batch_size if cfg.micro_batch_size is not None else ("auto" if accelerator == "gpu" else CPU_MICRO_BATCH)
-    if accelerator == "gpu" and hw.gpu_memory_bytes == 0 and (cfg.strategy == "auto" or micro == "auto"):
+    return kernels, seq_len
+
+
+def _workload(cfg: RunConfig, hw: Hardware, devices: int, precision: str, kernels: str,
+              seq_len: int) -> tuple[Any, memory.Workload]:
+    """The micro-batch as given (or `auto`, estimated at 1 until the preset is known) and the workload."""
+    micro = cfg.micro_batch_size if cfg.micro_batch_size is not None else ("auto" if hw.accelerator == "gpu" else CPU_MICRO_BATCH)
+    if hw.accelerator == "gpu" and hw.gpu_memory_bytes == 0 and (cfg.strategy == "auto" or micro == "auto"):
         what = "--strategy auto" if cfg.strategy == "auto" else "--micro-batch-size auto (the GPU default)"
         raise UserError(f"{what} needs the GPU memory, and no GPU is here to measure; give --gpu-memory-gib, "
                         f"or name the {'strategy' if cfg.strategy == 'auto' else 'micro-batch (--micro-batch-size N)'}")
-    work = memory.Workload(micro_batch_size=1 if micro == "auto" else micro, seq_len=seq_len,
-                           activation_checkpointing=cfg.activation_checkpointing, precision=precision,
-                           gpus_per_node=devices, num_nodes=cfg.num_nodes,
-                           chunked_loss=cfg.chunked_loss or kernels == "liger")  # Liger's loss never builds logits
-    hw = hw if accelerator == "gpu" else hw.model_copy(update={"gpus_per_node": 0})
-    # 4. The preset: the selector's choice for `auto` (from this same workload), else the named one.
-    candidates = _candidates(hw, shape, work, accelerator, precision)
-    auto, strategy_name = file_choice, cfg.strategy
-    if strategy_name == "auto":
-        decision = selector.choose(hw, shape, work, cfg.offload, candidates)
-        auto, strategy_name = {"choice": decision.choice, "reasons": decision.reasons}, decision.choice
-    preset = registry.with_offload(registry.get(strategy_name), None if cfg.strategy == "auto" else cfg.offload)
-    strategy = preset.build()
-    if accelerator == "cpu" and not strategy.capabilities.cpu:
-        raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
-    compile_ = cfg.compile if cfg.compile is not None else (
-        accelerator == "gpu" and preset.capabilities.compile_by_default and kernels != "liger")
-    # 5. The batch: micro-batch (auto: the largest the estimate fits), then accumulation from the global batch.
-    world = devices * cfg.num_nodes
+    return micro, memory.Workload(micro_batch_size=1 if micro == "auto" else micro, seq_len=seq_len,
+                                  activation_checkpointing=bool(cfg.activation_checkpointing), precision=precision,
+                                  gpus_per_node=devices, num_nodes=cfg.num_nodes,
+                                  chunked_loss=cfg.chunked_loss or kernels == "liger",  # Liger's loss never builds logits
+                                  kernels=kernels, compiled=cfg.compile)  # None: each preset's default (_compiled)
+
+
+def _preset(cfg: RunConfig, budget: selector.Budget, shape: memory.Shape, work: memory.Workload,
+            decisions: list[str]) -> tuple[registry.Preset, Optional[selector.Decision], memory.Workload]:
+    """The preset, and the workload with activation checkpointing decided. Returns (preset, the selector's decision
+    under `auto`, else None; workload). Nothing fits under `auto`: NothingFits."""
+    decision = None
+    if cfg.strategy == "auto":
+        candidates = _candidates(budget.hw, shape, work, work.precision)
+        # checkpointing not given: the selector weighs it against offload (each candidate estimated with it too)
+        checkpointed = None if cfg.activation_checkpointing is not None else _candidates(
+            budget.hw, shape, dataclasses.replace(work, activation_checkpointing=True), work.precision)
+        decision = selector.choose(budget, shape, work, cfg.offload, candidates, checkpointed)
+        if decision.choice is None:
+            raise NothingFits(decision, budget, {"name": cfg.model, **shape.describe()},
+                              dataclasses.replace(work, activation_checkpointing=decision.activation_checkpointing))
+        work = dataclasses.replace(work, activation_checkpointing=decision.activation_checkpointing)
+    preset = registry.with_offload(registry.get(decision.choice if decision else cfg.strategy),
+                                   None if decision else cfg.offload)
+    if cfg.activation_checkpointing is None and not work.activation_checkpointing:
+        why = "what was chosen fits without it" if decision else "the default"
+        decisions.append(f"activation checkpointing off: {why}; --activation-checkpointing turns it on")
+    return preset, decision, work
+
+
+def _batch(cfg: RunConfig, strategy, preset: registry.Preset, budget: selector.Budget, shape: memory.Shape,
+           work: memory.Workload, micro: Any, decisions: list[str]) -> tuple[int, Optional[int], int, list[str]]:
+    """The micro-batch (auto: the largest the estimate fits), the largest that fits (GPU runs), the accumulation, and
+    the selector's reasons for the offload batch. Returns (micro, largest, grad_accum, reasons)."""
+    world = work.world_size
     divides = (lambda mb: cfg.global_batch_size % (mb * world) == 0) if cfg.global_batch_size and micro == "auto" else None
-    largest = _largest_micro_batch(strategy, shape, work, hw, divides) if micro == "auto" or (
-        accelerator == "gpu" and selector.fits(strategy.estimate(shape, work), hw)) else None
+    largest = _largest_micro_batch(strategy, shape, work, budget, divides) if micro == "auto" or (
+        budget.hw.accelerator == "gpu" and selector.fits(strategy.estimate(shape, work), budget)) else None
     if micro == "auto":
         micro = largest
         decisions.append(f"micro-batch {micro}: the largest of {', '.join(map(str, MICRO_BATCHES))} that the memory "
                          f"estimate fits with {preset.name}" + (f" and that divides --global-batch-size {cfg.global_batch_size} "
                                                                  f"over {world} rank(s)" if divides else "")
                          + " (--micro-batch-size N sets it; --global-batch-size keeps the global batch whatever the hardware)")
-        work = dataclasses.replace(work, micro_batch_size=micro)
-    picked_accum = None
-    if cfg.strategy == "auto":  # 4. the offload batch, from the final micro-batch
+    picked, reasons = None, []
+    if cfg.strategy == "auto":  # the selector's step 4, the offload batch, from the final micro-batch
         given = cfg.grad_accum or (cfg.global_batch_size // (micro * world) if cfg.global_batch_size else None)
-        picked_accum, more = selector.offload_batch(hw, work, preset.capabilities.offload != "none", given)
-        auto = {**auto, "reasons": auto["reasons"] + more}
-    grad_accum = _accumulation(cfg, micro, world, picked_accum)
-    # 6. The adapter's own checks, the user's DeepSpeed file, the estimate.
-    resolved = cfg.model_copy(update=dict(
-        strategy=preset.name, offload=None, accelerator=accelerator, devices=devices, precision=precision,
-        kernels=kernels, compile=compile_, seq_len=seq_len, micro_batch_size=micro, grad_accum=grad_accum,
-        output=cfg.output or f"runs/{preset.name}"))
-    run = ResolvedRun(config=resolved, hardware=hw, model={"name": cfg.model, **shape.describe()}, context_length=context,
-                      decisions=decisions, auto=auto, warnings=warnings)
-    deepspeed_filled = None
+        picked, reasons = selector.offload_batch(budget.hw, dataclasses.replace(work, micro_batch_size=micro),
+                                                 preset.capabilities.offload != "none", given)
+    return micro, largest, _accumulation(cfg, micro, world, picked), reasons
+
+
+def _check(run: ResolvedRun, strategy, cfg: RunConfig, shape: memory.Shape, kernels: str) -> ResolvedRun:
+    """The user's DeepSpeed file filled from the run, then the adapter's and the kernels' own checks."""
     if cfg.deepspeed_config:
         file, _, _ = registry.native_config_reader("deepspeed").read_native_config(cfg.deepspeed_config)
-        deepspeed_filled, more = strategy.use_native_config(file, cfg.deepspeed_config,
-                                                            run.context(), run.optimizer(), shape.hidden)
-        warnings = warnings + more
-        run = run.model_copy(update={"deepspeed_config": deepspeed_filled})
-    ctx = run.context()
-    strategy.check(ctx)
+        filled, more = strategy.use_native_config(file, cfg.deepspeed_config, run.context(), run.optimizer(), shape.hidden)
+        run = run.model_copy(update={"deepspeed_config": filled, "warnings": run.warnings + more})
+    strategy.check(run.context())
     if kernels == "liger":
-        kernel_lib.check(accelerator, compile_)
-    estimate = strategy.estimate(shape, work)
-    if run.auto and estimate is not None:  # the estimate line for the workload that trains (the micro-batch auto took)
-        reasons = [r if not r.startswith(f"{preset.name} is estimated at") else selector.estimate_reason(preset.name, estimate, hw)
-                   for r in run.auto["reasons"]]
-        run = run.model_copy(update={"auto": {**run.auto, "reasons": reasons}})
-    rows = [{"name": n, "gpu_bytes": e.gpu_bytes if e else None, "cpu_bytes": e.cpu_bytes if e else None,
-             "fits": selector.fits(e, hw), "source": p.source, "parts": e.parts if e else None}
-            for n, (p, e) in _candidates(hw, shape, work, accelerator, precision).items()]  # at the final micro-batch
-    return run.model_copy(update={
-        "candidates": rows, "warnings": warnings, "largest_micro_batch": largest,
-        "estimate": None if estimate is None else {"gpu_bytes": estimate.gpu_bytes, "cpu_bytes": estimate.cpu_bytes,
-                                                   "parts": estimate.parts}})
+        from shardlab.recipes import kernels as kernel_lib
+
+        kernel_lib.check(run.config.accelerator, run.config.compile)
+    return run
 
 
-def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, accelerator: str,
+def _row(r: selector.Row) -> dict[str, Any]:
+    e = r.estimate
+    return {"name": r.name, "gpu_bytes": e.gpu_bytes if e else None, "cpu_bytes": e.cpu_bytes if e else None,
+            "fits": r.fits, "source": r.source, "parts": e.parts if e else None}
+
+
+def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload,
                 precision: str) -> dict[str, tuple[registry.Preset, Optional[memory.Estimate]]]:
     """Every preset that can run here, with its estimate for this workload."""
     out = {}
     for name, preset in registry.presets().items():
         caps = preset.capabilities
-        if (caps.gpu if accelerator == "gpu" else caps.cpu) and precision in caps.precisions \
+        if (caps.gpu if hw.accelerator == "gpu" else caps.cpu) and precision in caps.precisions \
                 and (hw.num_nodes == 1 or caps.multi_node):
-            out[name] = (preset, preset.build().estimate(shape, work))
+            out[name] = (preset, preset.build().estimate(shape, dataclasses.replace(
+                work, compiled=_compiled(preset, work, hw.accelerator))))
     return out
 
 
-def _largest_micro_batch(strategy, shape: memory.Shape, work: memory.Workload, hw: Hardware, allowed=None) -> int:
+def _compiled(preset: registry.Preset, work: memory.Workload, accelerator: str) -> bool:
+    """--compile as given, else on for GPU runs of the presets measured faster with it, never with Liger's kernels."""
+    if work.compiled is not None:
+        return work.compiled
+    return accelerator == "gpu" and preset.capabilities.compile_by_default and work.kernels != "liger"
+
+
+def _largest_micro_batch(strategy, shape: memory.Shape, work: memory.Workload, budget: selector.Budget,
+                         allowed=None) -> int:
     fitting = [mb for mb in MICRO_BATCHES if (allowed is None or allowed(mb))
-               and selector.fits(strategy.estimate(shape, dataclasses.replace(work, micro_batch_size=mb)), hw)]
+               and selector.fits(strategy.estimate(shape, dataclasses.replace(work, micro_batch_size=mb)), budget)]
     if not fitting:
         fixes = [f for f, needed in (("--activation-checkpointing", not work.activation_checkpointing),
                                       ("CPU offload (--offload optimizer)", strategy.capabilities.offload == "none"),
@@ -214,7 +281,7 @@ def _largest_micro_batch(strategy, shape: memory.Shape, work: memory.Workload, h
             raise UserError(f"--global-batch-size: no micro-batch of {', '.join(map(str, MICRO_BATCHES))} divides it over "
                             f"the ranks; give a multiple of {work.world_size} or --micro-batch-size N")
         raise UserError(f"--micro-batch-size auto: not even micro-batch 1 fits with {strategy.name} by the memory "
-                        f"estimate on {hw.describe()}; try {', '.join(fixes)}")
+                        f"estimate on {budget.hw.describe()}, {budget.describe()}; try {', '.join(fixes)}")
     return max(fitting)
 
 

@@ -124,6 +124,10 @@ def train(p: Prepared) -> dict[str, Any] | None:
 
         identity = run_identity(cfg, cfg.strategy, ctx.world_size, model_cfg)
         callbacks.append(PeriodicCheckpoint(output / "checkpoints", cfg.checkpoint_every, cfg.keep_checkpoints, identity))
+    if os.environ.get("SHARDLAB_MEMORY_SNAPSHOT") and ctx.accelerator == "gpu":
+        from shardlab.recipes.metrics import MemorySnapshot
+
+        callbacks.append(MemorySnapshot(os.environ["SHARDLAB_MEMORY_SNAPSHOT"]))
     if p.resume:
         from shardlab.recipes.checkpoint import RestoreRNG
 
@@ -147,6 +151,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     summary = {
         "strategy": cfg.strategy, "world_size": ctx.world_size, "precision": ctx.precision,
         "losses": recorder.losses, "tokens_per_s": tokens_per_s, "peak_memory_bytes": recorder.peaks,
+        "peak_cpu_bytes": recorder.cpu_peaks,
         "wall_s": wall, "hf_export": str(output / "hf") if export else None, "step_s": recorder.step_s,
         "mfu": _mfu(tokens_per_s / ctx.world_size, model_cfg, cfg.seq_len, ctx),
         "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff} if export else None,

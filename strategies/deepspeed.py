@@ -25,36 +25,74 @@ warnings.filterwarnings("ignore", message="Since DeepSpeed handles gradient clip
 
 
 # Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
-# mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
+# mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter), then checked against the allocator on one
+# H200 (results/2026-12-03-memory-h200.md: every preset, Liger and torch kernels, with and without activation
+# checkpointing, two micro-batches; the forward/backward and optimizer-step phases told apart by runs whose peak
+# does not move with the micro-batch).
 ZERO3_MAX_LIVE_PARAMETERS = 10**9  # DeepSpeed's default stage3_max_live_parameters
+REDUCE_BUCKET_BYTES = 10**9  # DeepSpeed's default reduce_bucket_size (5e8 elements) in 16-bit
+
+# CPU offload, per process on one H200 (peak resident set of the rank, GiB): zero3_offload 24.8 (llama-1b) and
+# 61.1 (3B shape); zero2_offload 30.4 and 66.7. Both grow by 18.5 bytes per parameter (16 of optimizer states
+# plus DeepSpeed's pinned staging) on top of a fixed part per process (CUDA context, libraries, loading, pinned
+# buffers): 6.3 GB for ZeRO-3, 12.3 GB for ZeRO-2 (which loads the whole fp32 model in every rank first).
+# DeepSpeed's own estimator (16-18 bytes x 1.5) is 18-26% high on the 3B shape.
+OFFLOAD_CPU_BYTES_PER_PARAM = 18.5
+OFFLOAD_PROCESS_CPU_BYTES = {2: int(12.3e9), 3: int(6.3e9)}
+# Parameter offload keeps the parameters on the CPU too: measured 29.6 GiB for llama-1b (one point).
+PARAM_OFFLOAD_CPU_BYTES_PER_PARAM = 4.7
 
 
-def zero2_states(n: int, w: Workload, offload: bool, buffer_factor: float = 1.5) -> ModelStates:
-    """DeepSpeed's own estimate_zero2_model_states_mem_needs (deepspeed/runtime/zero/stage_1_and_2.py)."""
+def zero2_states(n: int, w: Workload, offload: bool) -> ModelStates:
+    """ZeRO-2. GPU through forward/backward: the 16-bit parameters (2n), the partitioned fp32 master and Adam
+    states (12n / gpus) and the reduce bucket. The optimizer step adds the fp32 gradient partition and the
+    16-bit averaged gradients (6n / gpus): llama-1b with checkpointing peaks at 22.6 GiB whatever the micro-batch
+    (estimate 21.9), the 3B shape at 65.9 (61.3).
+    Offload keeps the 16-bit parameters on the GPU, and the reduce bucket while layers' gradients arrive; the
+    step holds 1.5 bytes per parameter of its partition more while updated parameters come back (the 3B shape:
+    10.65 GiB at micro-batch 2 and 4 alike). CPU: see OFFLOAD_CPU_BYTES_PER_PARAM, per DeepSpeed's own
+    layout (estimate_zero2_model_states_mem_needs: 16 bytes per parameter, or 4 per parameter and GPU)."""
     gpus = w.world_size
     if offload:
-        return ModelStates(gpu=2 * n, cpu=int(n * max(4 * gpus, 16) * buffer_factor))
-    # 2 = 16-bit params; 18 = 16-bit grads 2 + fp32 grads 4 + fp32 params 4 + Adam 8, partitioned
-    return ModelStates(gpu=2 * n + int(18 * n / gpus), cpu=int(n * 4 * w.gpus_per_node * buffer_factor),
-                       step_only=int(4 * n / gpus))
+        cpu = int(n * max(4 * gpus, 16) * OFFLOAD_CPU_BYTES_PER_PARAM / 16) + OFFLOAD_PROCESS_CPU_BYTES[2] * w.gpus_per_node
+        step_only = int(1.5 * n / gpus)  # this rank's partition coming back from the CPU (measured on one GPU)
+        return ModelStates(gpu=2 * n + step_only, cpu=cpu, step_only=step_only, gradient_buckets=REDUCE_BUCKET_BYTES,
+                           fixed_overhead=ZERO2_OFFLOAD_OVERHEAD)
+    forward = 2 * n + int(12 * n / gpus) + REDUCE_BUCKET_BYTES
+    step_only = int(6 * n / gpus)
+    return ModelStates(gpu=forward + step_only, cpu=4 * n * w.gpus_per_node, step_only=step_only)
 
 
-def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool,
-                 buffer_factor: float = 1.5) -> ModelStates:
-    """DeepSpeed's own estimate_zero3_model_states_mem_needs with zero_init (deepspeed/runtime/zero/stage3.py)."""
-    gpus, node_factor, largest_mem = w.world_size, 1 / w.num_nodes, 4 * largest
-    if offload_optimizer and offload_params:
-        # DeepSpeed's estimate leaves out the parameters fetched back for compute: up to
-        # stage3_max_live_parameters (DeepSpeed's default 1e9) in 16 bits. Measured on one H200 with
-        # llama-1b: 1.9-2.0 GiB above the largest-layer term at three workloads (results/2026-12-02-memory-h200.md).
-        live = min(n, ZERO3_MAX_LIVE_PARAMETERS) * 2
-        return ModelStates(gpu=largest_mem, cpu=int(n * 18 * node_factor * buffer_factor), runtime_buffers=live)
+# zero2_offload on one H200, llama-1b with checkpointing: 4.42 / 5.64 GiB at micro-batch 4 / 8 under Liger, 5.98 under
+# torch. The 16-bit parameters, the reduce bucket beside the recomputed layer and activations leave 0.23-0.31 GiB.
+ZERO2_OFFLOAD_OVERHEAD = int(0.25 * 2**30)
+# ZeRO-3 with offload keeps DeepSpeed's default buckets (ZERO3_TUNING is for zero3 alone); what is live of them
+# beside a recomputed layer measured 0.54-0.86 GiB (llama-1b and the 3B shape, micro-batch 2-8): 0.75e9 bytes.
+ZERO3_OFFLOAD_BUCKET_BYTES = int(0.75e9)
+
+
+def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool) -> ModelStates:
+    """ZeRO-3, the unit fetched whole being `largest` parameters (a decoder layer, shardlab's fetch unit).
+    GPU through forward/backward: the fetched unit (4 x largest, DeepSpeed's convention) and the 16-bit
+    parameter, 16-bit gradient, fp32 master and Adam partitions (16n / gpus: DeepSpeed's estimator counts 18,
+    an fp32 gradient partition that exists only in the step). The step adds that and a 16-bit working copy
+    (6n / gpus): llama-1b with checkpointing peaks at 22.97 GiB at micro-batch 4 and 8 alike (estimate 23.3),
+    the 3B shape at 66.3 (67.8).
+    Optimizer offload keeps the 16-bit parameter partition on the GPU (and DeepSpeed's buckets while layers'
+    gradients arrive); parameter offload keeps up to stage3_max_live_parameters fetched back for compute, never
+    more than optimizer offload alone holds. CPU: see OFFLOAD_CPU_BYTES_PER_PARAM; the optimizer states are
+    partitioned over the node's GPUs (per node: n / nodes)."""
+    gpus, per_node, fetched = w.world_size, 1 / w.num_nodes, 4 * largest
     if offload_optimizer:
-        return ModelStates(gpu=largest_mem + int(2 * n / gpus), cpu=int(n * 16 * node_factor * buffer_factor))
-    # All 18 bytes are live through backward (unlike ZeRO-2's fp32 gradient partition, nothing waits for
-    # the step): on one H200, llama-1b with checkpointing, counting them in backward puts micro-batch 4
-    # and 8 at -3% and +2% of the measured peak, leaving 4n/gpus out put them at -17% and -9%.
-    return ModelStates(gpu=largest_mem + int(18 * n / gpus), cpu=int(largest * 4 * w.gpus_per_node * buffer_factor))
+        resident = int(2 * n / gpus)
+        if offload_params:  # fetched back for compute, bounded by what optimizer offload keeps resident
+            resident = min(2 * min(n, ZERO3_MAX_LIVE_PARAMETERS), resident)
+        per_param = OFFLOAD_CPU_BYTES_PER_PARAM + (PARAM_OFFLOAD_CPU_BYTES_PER_PARAM if offload_params else 0)
+        cpu = int(n * per_param * per_node) + OFFLOAD_PROCESS_CPU_BYTES[3] * w.gpus_per_node
+        return ModelStates(gpu=fetched + resident, cpu=cpu, gradient_buckets=ZERO3_OFFLOAD_BUCKET_BYTES)
+    forward = fetched + int(16 * n / gpus)
+    step_only = int(6 * n / gpus)
+    return ModelStates(gpu=forward + step_only, cpu=int(largest * 4 * w.gpus_per_node * 1.5), step_only=step_only)
 
 
 class _LightningDeepSpeed(DeepSpeedStrategy):

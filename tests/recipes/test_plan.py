@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_plan_json_for_a_cluster_not_here(recipe):
     proc = recipe("plan", "--model", "llama-13b", "--accelerator", "gpu", "--gpus", "8", "--gpu-memory-gib", "80",
@@ -53,3 +55,53 @@ def test_plan_reports_the_largest_micro_batch_that_fits(recipe):
     proc = recipe(*args, "--gpu-memory-gib", "141")
     assert f"micro-batch: up to {big['largest_micro_batch']} fits with fsdp" in proc.stdout
     assert json.loads(recipe(*args[:3], "--accelerator", "cpu", "--seq-len", "128", "--json").stdout)["largest_micro_batch"] is None
+
+
+# In-process: `recipe plan`'s main, its output and exit code (issue 18: headroom, nothing fits).
+
+def _plan(capsys, *flags):
+    from shardlab.recipes import cli
+
+    rc = cli.main(["plan", "--accelerator", "gpu", "--seq-len", "2048", "--micro-batch-size", "1", *map(str, flags)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("headroom, line, budget_gib", [
+    (None, "fits = within 90% of 80.0 GiB per GPU (72.0 GiB) (--memory-headroom 0.1), and within 1024.0 GiB CPU memory per node", 72),
+    ("0", "fits = within 100% of 80.0 GiB per GPU (80.0 GiB)", 80),
+])
+def test_plan_says_what_fits_means(capsys, headroom, line, budget_gib):
+    flags = ("--model", "llama-13b", "--gpus", "4", "--gpu-memory-gib", "80", "--cpu-memory-gib", "1024") + (
+        ("--memory-headroom", headroom) if headroom else ())
+    rc, text, _ = _plan(capsys, *flags)
+    assert rc == 0 and line in text
+    rc, text, _ = _plan(capsys, *flags, "--json")
+    out = json.loads(text)
+    assert rc == 0 and out["budget"]["gpu_bytes"] == int(budget_gib * 2**30) and out["memory_headroom"] == float(headroom or 0.1)
+    assert all(s["fits"] is (s["gpu_bytes"] <= out["budget"]["gpu_bytes"] and s["cpu_bytes"] <= out["budget"]["cpu_bytes"])
+               for s in out["strategies"])
+
+
+NOTHING_FITS = {  # binding resource -> flags
+    "cpu": ("--model", "llama-70b", "--gpus", "8", "--gpu-memory-gib", "80", "--cpu-memory-gib", "256"),
+    "gpu": ("--model", "llama-70b", "--gpus", "1", "--gpu-memory-gib", "8", "--cpu-memory-gib", "8192",
+            "--no-activation-checkpointing"),
+}
+
+
+@pytest.mark.parametrize("binding", NOTHING_FITS)
+def test_plan_when_nothing_fits_prints_the_table_and_exits_2(capsys, binding):
+    rc, text, err = _plan(capsys, *NOTHING_FITS[binding])
+    assert rc == 2 and err.startswith("recipe: error: no strategy fits on ") and err.count("\n") == 1
+    for name in ("ddp", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_offload"):
+        assert any(line.startswith(f"{name} ") and line.endswith(" no") for line in text.splitlines()), name
+    assert "choice: none, no strategy fits" in text and "fits = within 90%" in text
+    rc, text, _ = _plan(capsys, *NOTHING_FITS[binding], "--json")
+    out = json.loads(text)
+    assert rc == 2 and out["choice"] is None and out["binding"] == binding and out["fixes"]
+    assert out["strategies"] and not any(s["fits"] for s in out["strategies"])
+    assert f"closest: {out['closest']}; what would make it fit:" in _plan(capsys, *NOTHING_FITS[binding])[1]
+    key = "gpu_bytes" if binding == "gpu" else "cpu_bytes"
+    candidates = [s for s in out["strategies"] if binding == "gpu" or s["gpu_bytes"] <= out["budget"]["gpu_bytes"]]
+    assert out["closest"] == min(candidates, key=lambda s: s[key])["name"]
