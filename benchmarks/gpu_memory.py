@@ -3,7 +3,8 @@
 Each point is one real `recipe run --max-steps 3 --no-export` of a (model, preset, kernels, activation
 checkpointing, micro-batch). Several run side by side on the one GPU: each process's
 torch.cuda.max_memory_allocated is its own, and a point is started only while the estimates of the running
-ones (x1.25, + 2 GiB each for the CUDA context and the allocator's slack) fit the device. Every row keeps the
+ones (x1.25, + 2 GiB each for the CUDA context and the allocator's slack) fit the device, and their CPU
+estimates 80% of the host. Every row keeps the
 run's whole resolved config (summary.json's `config`) beside its numbers, so tests/core/test_memory.py checks
 each point against the estimate for *its* config, and finds whether the current defaults were measured at all.
 
@@ -63,8 +64,8 @@ def command(job: tuple, out: Path) -> list[str]:
             "--output", str(out / tag(job))] + (["--activation-checkpointing"] if ac else [])
 
 
-def estimate_bytes(job: tuple) -> int:
-    """The estimate shardlab gives this point now (in this process: no GPU needed)."""
+def estimate_bytes(job: tuple) -> tuple[int, int]:
+    """The estimate shardlab gives this point now, (GPU bytes, CPU bytes) (in this process: no GPU needed)."""
     from shardlab.core.config import RunConfig
     from shardlab.recipes.resolve import resolve_run
 
@@ -72,7 +73,7 @@ def estimate_bytes(job: tuple) -> int:
     cfg = RunConfig(model=model, strategy=preset, kernels=kernels, micro_batch_size=mb, activation_checkpointing=ac,
                     accelerator="gpu", devices=1, gpu_memory_gib=141, max_steps=3, export=False)
     run = resolve_run(cfg, for_run=False)
-    return run.estimate["gpu_bytes"] if run.estimate else 40 * GiB
+    return (run.estimate["gpu_bytes"], run.estimate["cpu_bytes"]) if run.estimate else (40 * GiB, 40 * GiB)
 
 
 def run_one(job: tuple, out: Path, port: int, snapshot: bool, timeout: float) -> dict:
@@ -123,12 +124,17 @@ def main() -> None:
     snapshots = set(parse(a.snapshot))
     jobs = parse(a.jobs) if a.jobs else grid()
     jobs = list(snapshots) + [j for j in jobs if j not in snapshots and j not in set(parse(a.skip))]
-    need = {j: int(estimate_bytes(j) * 1.25) + 2 * GiB for j in jobs}
+    estimates = {j: estimate_bytes(j) for j in jobs}
+    need = {j: int(estimates[j][0] * 1.25) + 2 * GiB for j in jobs}
+    # host memory: the CPU estimate of each point (+ loading), kept under 80% of the host's (two 3B offload points
+    # side by side were killed by the kernel on the 125 GiB H200 host)
+    host = {j: int(estimates[j][1] * 1.1) + 4 * GiB for j in jobs}
+    host_total = int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     too_big = [j for j in jobs if need[j] > a.capacity_gib * GiB * 1.3]  # beyond even the estimate's known slack
     jobs = [j for j in jobs if j not in too_big]
     rows: list[dict] = []
     lock, cond = threading.Lock(), threading.Condition()
-    state = {"used": 0, "offload": 0, "running": 0, "exclusive": False}
+    state = {"used": 0, "offload": 0, "running": 0, "host": 0}
     ready = dict(r.split(":", 1) for r in filter(None, a.ready.split(",")))
     t_start = time.time()
     deadline = t_start + a.budget_s
@@ -144,17 +150,15 @@ def main() -> None:
                         continue
                     off = "offload" in j[1]
                     big = min(need[j], int(a.capacity_gib * GiB))
-                    # the 7B shape's offload points hold ~100 GiB of the host's 125: they run alone
-                    alone = off and j[0] == "llama-2-7b"
-                    if state["exclusive"] or (alone and state["running"]):
-                        continue
-                    if state["used"] + big <= a.capacity_gib * GiB and (not off or state["offload"] < 2):
+                    cpu = min(host[j], host_total)  # a point that needs the whole host runs alone
+                    if state["used"] + big <= a.capacity_gib * GiB and state["host"] + cpu <= host_total \
+                            and (not off or state["offload"] < 2):
                         jobs.remove(j)
                         state["used"] += big
+                        state["host"] += cpu
                         state["offload"] += off
                         state["running"] += 1
-                        state["exclusive"] = alone
-                        return j, big, off
+                        return j, big, off, cpu
                 cond.wait(timeout=2)
 
     def lane(i: int) -> None:
@@ -162,14 +166,14 @@ def main() -> None:
             got = take()
             if got is None:
                 return
-            j, big, off = got
+            j, big, off, cpu = got
             row = run_one(j, out, 29500 + 10 * i, j in snapshots, max(30.0, deadline + 60 - time.time()))
             with cond:
                 rows.append(row)
                 state["used"] -= big
                 state["offload"] -= off
                 state["running"] -= 1
-                state["exclusive"] = False if "offload" in j[1] and j[0] == "llama-2-7b" else state["exclusive"]
+                state["host"] -= cpu
                 cond.notify_all()
 
     threads = [threading.Thread(target=lane, args=(i,)) for i in range(a.lanes)]

@@ -7,8 +7,9 @@ Usage (from the repo root; Lightning starts the second process itself):
 The same work as `recipe run --accelerator cpu --devices 2 --precision 32-true` with shardlab's defaults:
 the model folder `recipe run` wrote (`summary.json`'s `model_folder`), loaded with
 `LlamaForCausalLM.from_pretrained` in `configure_model`; the shipped corpus tokenised with that folder's
-tokenizer, joined with EOS and cut into `--seq-len` blocks, dealt out by a `DistributedSampler` with the
-same seed (so the losses match shardlab's step for step); AdamW with betas (0.9, 0.95), eps 1e-8, no
+tokenizer, joined with EOS and cut into `--seq-len` blocks, dealt out as shardlab deals them (each epoch a
+`randperm` seeded with seed + epoch; step k trains on its k-th run of micro-batch x world size blocks, rank r
+on the r-th micro-batch of them), so the losses match shardlab's step for step; AdamW with betas (0.9, 0.95), eps 1e-8, no
 weight decay, constant lr; gradient clipping to a global norm of 1.0; fp32; processes over gloo.
 What it leaves out is shardlab's: the Strategy interface, the per-step loss all-reduce, the LR-scheduler
 wrapper, the export and the summary.
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, Sampler
 from transformers import LlamaForCausalLM  # not first inside zero.Init: its import fails there (torch._dynamo)
 
 STRATEGIES = ("ddp", "zero2", "zero3", "fsdp")
@@ -77,6 +78,25 @@ def token_blocks(folder: Path, seq_len: int) -> torch.Tensor:
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
+class GlobalBatches(Sampler[int]):
+    """This rank's blocks: step k's global batch is order[k*G:(k+1)*G], G = micro-batch x world size, and this
+    rank's micro-batch its rank-th slice of micro-batch blocks; an epoch's tail short of a global batch is dropped."""
+
+    def __init__(self, n: int, micro_batch_size: int, world_size: int, rank: int, seed: int) -> None:
+        self.n, self.mb, self.world, self.rank, self.seed, self.epoch = n, micro_batch_size, world_size, rank, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n // (self.mb * self.world) * self.mb
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        for start in range(self.rank * self.mb, len(self) * self.world, self.mb * self.world):
+            yield from order[start:start + self.mb]
+
+
 class Blocks(pl.LightningDataModule):
     def __init__(self, blocks: torch.Tensor, micro_batch_size: int, seed: int) -> None:
         super().__init__()
@@ -84,8 +104,7 @@ class Blocks(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         data = list(self.blocks)
-        sampler = DistributedSampler(data, num_replicas=self.trainer.world_size, rank=self.trainer.global_rank,
-                                     shuffle=True, seed=self.seed, drop_last=True)
+        sampler = GlobalBatches(len(data), self.micro_batch_size, self.trainer.world_size, self.trainer.global_rank, self.seed)
         return DataLoader(data, batch_size=self.micro_batch_size, sampler=sampler, drop_last=True)
 
 

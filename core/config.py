@@ -186,3 +186,11 @@ def load_config(yaml_path: Optional[str], overrides: dict[str, Any]) -> RunConfi
         return RunConfig(**values)
     except ValidationError as e:
         raise UserError(describe_errors(e)) from None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """A flag's value and a file's (YAML, ds_config.json) agree: numbers by value (1e-3 == 0.001, 16 == 16.0)."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b

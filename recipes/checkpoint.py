@@ -3,13 +3,19 @@
 Layout: OUTPUT/checkpoints/step-NNNNNN/ holds `state` (what Lightning's `trainer.save_checkpoint` writes
 for the strategy: one file for DDP, DeepSpeed's per-rank shards, FSDP2's distributed checkpoint),
 `rng-rankR.pt` (each rank's Python, NumPy and torch RNG states) and `meta.json` (what the run was, to
-refuse a resume that cannot continue it). A checkpoint is written under `.step-NNNNNN.tmp` and renamed
-when every rank has finished, so a folder named `step-*` is always complete; a write that was killed
-leaves only a dot-folder, which `latest` never picks. The last `keep` checkpoints are kept.
+refuse a resume that cannot continue it, and the manifest: every other file's size and checksum).
+A checkpoint is written under `.step-NNNNNN.tmp`, meta.json last, and renamed when every rank has
+finished; a write that was killed leaves only a dot-folder, which `latest` never picks. A resume
+checks the manifest in the launching process, before any rank starts, so a truncated or missing shard
+is one line naming the newest intact checkpoint. The last `keep` checkpoints are kept.
 
 Lightning's checkpoint carries the model, optimizer, LR scheduler, precision plugin (GradScaler) or
 DeepSpeed loss scaler, loop progress, callback states (StepRecorder: the losses so far) and the
 datamodule's data position (LlamaData).
+
+A run continues its metrics files under OUTPUT/logs (recipes/logs.py):
+the steps before its first logged step are kept, the later ones the run writes again are replaced,
+and nothing is deleted before the run has logged a step.
 """
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ import json
 import os
 import re
 import shutil
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Optional
 
@@ -26,8 +34,17 @@ import torch
 from shardlab.core.errors import UserError
 
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
+TMP_DIR = re.compile(r"^\.step-(\d{6,})\.tmp$")
 # Run fields a resume must keep: the model, how it is sharded, and the exact batch sequence.
 MUST_MATCH = ("strategy", "world_size", "precision", "micro_batch_size", "grad_accum", "seq_len", "seed", "data")
+# Whose file it is, for the message: rng-rank1.pt, FSDP2's __1_0.distcp, DeepSpeed's (bf16_)zero_pp_rank_1_...
+RANK_FILE = re.compile(r"^rng-rank(?P<rng>\d+)\.pt$|^__(?P<dcp>\d+)_\d+\.distcp$|^(?:bf16_)?zero_pp_rank_(?P<zero>\d+)_")
+# The manifest fingerprints each file by its size and the CRC32 of its first and last MiB, not by a
+# full hash: rank 0 would otherwise read back every byte of every shard (about 1 TB for a 70B model's
+# weights and Adam state, 16 bytes per parameter: minutes on a shared filesystem) at every checkpoint. The size catches what goes wrong
+# in practice (a killed copy, a full disk, a shard from another write); the ends hold torch's zip
+# directory and DCP's first records. Not caught: bytes flipped in the middle of a file.
+EDGE = 1 << 20
 
 
 def step_dirs(root: Path) -> list[Path]:
@@ -39,44 +56,146 @@ def step_dirs(root: Path) -> list[Path]:
 
 
 def run_identity(cfg, strategy: str, world_size: int, model_cfg) -> dict[str, Any]:
-    """What meta.json records and a resume compares."""
+    """What meta.json records and a resume compares (`model` only names it in messages; the shape decides)."""
     shape = {k: getattr(model_cfg, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                                 "num_attention_heads", "num_key_value_heads", "vocab_size")}
     return {"strategy": strategy, "world_size": world_size, "precision": cfg.precision,
             "micro_batch_size": cfg.micro_batch_size, "grad_accum": cfg.grad_accum, "seq_len": cfg.seq_len,
-            "seed": cfg.seed, "data": cfg.data, "model_shape": shape}
+            "seed": cfg.seed, "data": cfg.data, "model": str(cfg.model), "model_shape": shape}
 
 
-def resolve_resume(resume: str, output: Path) -> Path:
-    """`--resume` (latest under OUTPUT/checkpoints) or `--resume PATH` -> a finished checkpoint folder."""
+def fingerprint(file: Path) -> dict[str, Any]:
+    """{size, crc32}: the CRC32 of the whole file up to 2 MiB, else of its first and last MiB (see EDGE)."""
+    size = file.stat().st_size
+    with open(file, "rb") as f:
+        if size <= 2 * EDGE:
+            crc = zlib.crc32(f.read())
+        else:
+            crc = zlib.crc32(f.read(EDGE))
+            f.seek(size - EDGE)
+            crc = zlib.crc32(f.read(EDGE), crc)
+    return {"size": size, "crc32": f"{crc:08x}"}
+
+
+def manifest(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every file under folder but meta.json, by POSIX path relative to it."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "meta.json")
+    return {p.relative_to(folder).as_posix(): fingerprint(p) for p in files}
+
+
+def problem(path: Path) -> Optional[str]:
+    """Why the checkpoint folder cannot be resumed from, or None when it is intact.
+
+    meta.json without "files" was written before manifests: intact when its files are there and readable.
+    """
+    if TMP_DIR.match(path.name):
+        return "a temporary folder: the checkpoint is still being written, or its writer was killed"
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        world_size, files = int(meta["world_size"]), meta.get("files")
+        int(meta["step"])
+        if files is not None:
+            files = {str(rel): {"size": int(f["size"]), "crc32": str(f["crc32"])} for rel, f in files.items()}
+    except FileNotFoundError:
+        return "no meta.json: its writer was killed or the copy is incomplete"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "meta.json is corrupt"
+    if not (path / "state").exists():
+        return "it has no state"
+    if files is None:
+        wanted = [f"rng-rank{r}.pt" for r in range(world_size)]
+    else:
+        wanted = list(files)
+    for rel in wanted:
+        if not (path / rel).is_file():
+            return f"{_whose(rel)} is missing"
+        if files is not None:
+            have, was = fingerprint(path / rel), files[rel]
+            if have["size"] < was["size"]:
+                return f"{_whose(rel)} is truncated: {have['size']} of {was['size']} bytes"
+            if have["size"] != was["size"]:
+                return f"{_whose(rel)} has {have['size']} bytes, {was['size']} were written"
+            if have != was:
+                return f"{_whose(rel)} changed after it was written (its checksum differs)"
+    torch_files = [p for p in [path / "state", *path.rglob("*.pt")] if p.is_file()]
+    for p in torch_files:  # a zip's directory is at its end: a cheap read, and what torch.load fails on first
+        try:
+            with zipfile.ZipFile(p):
+                pass
+        except (zipfile.BadZipFile, OSError):
+            return f"{_whose(p.relative_to(path).as_posix())} is not a readable torch file"
+    return None
+
+
+def _whose(rel: str) -> str:
+    m = RANK_FILE.match(Path(rel).name)
+    if not m:
+        return rel
+    if m.group("rng"):
+        return f"rank {int(m.group('rng'))}'s RNG state {rel}"
+    return f"rank {int(m.group('dcp') or m.group('zero'))}'s shard {rel}"
+
+
+def newest_intact(root: Path, other_than: Optional[Path] = None) -> tuple[Optional[Path], list[tuple[Path, str]]]:
+    """The newest intact checkpoint under root, and the newer ones passed over with why."""
+    passed = []
+    for p in reversed(step_dirs(root)):
+        if other_than is not None and p.resolve() == other_than.resolve():
+            continue
+        why = problem(p)
+        if why is None:
+            return p, passed
+        passed.append((p, why))
+    return None, passed
+
+
+def resolve_resume(resume: str, output: Path) -> tuple[Path, Optional[str]]:
+    """`--resume` (latest under OUTPUT/checkpoints) or `--resume PATH` -> (an intact checkpoint folder,
+    a warning when newer broken ones were passed over). Nothing is written."""
     if resume == "latest":
-        found = step_dirs(output / "checkpoints")
-        if not found:
-            raise UserError(f"--resume: no finished checkpoint under {output / 'checkpoints'}; "
+        root = output / "checkpoints"
+        if not step_dirs(root):
+            raise UserError(f"--resume: no finished checkpoint under {root}; "
                             f"give --resume PATH or start without --resume")
-        return found[-1]
+        return _newest(root)
     path = Path(resume)
     if path.is_dir() and not (path / "meta.json").exists() and step_dirs(path):  # a checkpoints/ folder
-        path = step_dirs(path)[-1]
+        return _newest(path)
     if not path.is_dir():
         raise UserError(f"--resume {resume}: no such checkpoint folder; give OUTPUT/checkpoints/step-NNNNNN")
-    return path
+    if not (path / "meta.json").exists() and not (STEP_DIR.match(path.name) or TMP_DIR.match(path.name)):
+        raise UserError(f"--resume {path}: not a shardlab checkpoint (no meta.json); give OUTPUT/checkpoints/step-NNNNNN")
+    why = problem(path)
+    if why:
+        good, _ = newest_intact(path.parent, other_than=path)
+        instead = (f"the newest intact checkpoint is {good.name}: use --resume {good}" if good else
+                   f"no intact checkpoint under {path.parent}: start without --resume")
+        raise UserError(f"--resume {path}: incomplete or corrupt ({why}); {instead}")
+    return path, None
+
+
+def _newest(root: Path) -> tuple[Path, Optional[str]]:
+    good, passed = newest_intact(root)
+    if good is None:
+        newest, why = passed[0]
+        raise UserError(f"--resume: no intact checkpoint under {root} (the newest, {newest.name}, is incomplete "
+                        f"or corrupt: {why}); start without --resume")
+    warning = None
+    if passed:
+        names = ", ".join(f"{p.name} ({why})" for p, why in passed)
+        warning = f"--resume: passed over incomplete or corrupt {names}; resuming from {good.name}"
+    return good, warning
 
 
 def check_resume(path: Path, identity: dict[str, Any], max_steps: int) -> dict[str, Any]:
-    """meta.json against this run: every difference that would not continue the same run is an error."""
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-        step = int(meta["step"])
-    except FileNotFoundError:
-        raise UserError(f"--resume {path}: not a shardlab checkpoint (no meta.json); give OUTPUT/checkpoints/step-NNNNNN") from None
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"--resume {path}: meta.json is corrupt; resume from an earlier checkpoint") from None
-    if not (path / "state").exists():
-        raise UserError(f"--resume {path}: the checkpoint has no state (incomplete copy?); resume from another one")
+    """meta.json against this run: every difference that would not continue the same run is an error.
+    `path` is intact: what resolve_resume returned."""
+    meta = json.loads((path / "meta.json").read_text())
+    step = int(meta["step"])
     if meta.get("model_shape") != identity["model_shape"]:
+        use = f"use --model {meta['model']}" if meta.get("model") else "use the same --model"
         raise UserError(f"--resume {path}: written for a model of another shape ({_shape(meta.get('model_shape'))}) "
-                        f"than --model ({_shape(identity['model_shape'])}); use the same --model")
+                        f"than --model {identity['model']} ({_shape(identity['model_shape'])}); {use}")
     for field in MUST_MATCH:
         if meta.get(field) != identity[field]:
             flag = "--devices/--num-nodes" if field == "world_size" else "--" + field.replace("_", "-")
@@ -120,7 +239,9 @@ class PeriodicCheckpoint(pl.Callback):
         torch.save(_rng_states(), tmp / f"rng-rank{trainer.global_rank}.pt")
         strategy.barrier("shardlab-ckpt-written")
         if trainer.global_rank == 0:
-            (tmp / "meta.json").write_text(json.dumps({**self.identity, "step": step}, indent=2))
+            # last, with the manifest of everything the ranks wrote: no meta.json, no checkpoint
+            meta = {**self.identity, "step": step, "files": manifest(tmp)}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)

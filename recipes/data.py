@@ -1,5 +1,6 @@
 """The data side of the recipe: local text or JSONL, tokenised with the model folder's tokenizer,
-packed into fixed-length blocks, and handed to every strategy in the same order."""
+packed into fixed-length blocks, and ordered by global batch: each optimizer step trains on the same
+sequences under every strategy and every world size x micro-batch x grad-accum split of the global batch."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from typing import Optional
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from shardlab.core import trace
 from shardlab.core.errors import UserError
@@ -85,60 +86,110 @@ class Blocks(Dataset):
         return self.blocks[i]
 
 
+def epoch_order(n_blocks: int, seed: int, epoch: int) -> torch.Tensor:
+    """Epoch `epoch`'s order of all blocks: one seeded permutation, the same on every rank and at every world size."""
+    g = torch.Generator()
+    g.manual_seed(seed + epoch)
+    return torch.randperm(n_blocks, generator=g)
+
+
+class GlobalBatchSampler(Sampler[int]):
+    """One rank's block indices, in the order its micro-batches consume them.
+
+    Optimizer step k of an epoch trains on the global batch order[k*G : (k+1)*G] of `epoch_order`, where
+    G = micro-batch x grad-accum x world size. Rank r takes positions [r*P, (r+1)*P) of it, P = micro-batch
+    x grad-accum, and its micro-batch j the positions r*P + j*mb .. r*P + (j+1)*mb. So every split of the same
+    G trains each optimizer step on the same set of sequences, and at one world size a rank sees the same
+    sequences whatever micro-batch x grad-accum gives its P. An epoch is its whole global batches: the last
+    n_blocks mod G blocks of each epoch's order are not trained on in that epoch (Lightning would step on a
+    partial accumulation at an epoch's end under DDP/FSDP and carry it into the next step under DeepSpeed).
+
+    `steps_done` optimizer steps (of any split with the same G) are skipped: where a resumed run continues."""
+
+    def __init__(self, n_blocks: int, micro_batch_size: int, grad_accum: int, world_size: int, rank: int,
+                 seed: int, steps_done: int = 0) -> None:
+        self.n_blocks, self.seed, self.steps_done = n_blocks, seed, steps_done
+        self.per_rank = micro_batch_size * grad_accum
+        self.global_batch = self.per_rank * world_size
+        self.first = rank * self.per_rank  # this rank's offset in every global batch
+        self.steps_per_epoch = n_blocks // self.global_batch
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls it at each epoch's start
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        # A whole epoch, also when resuming part-way: Lightning counts a resumed epoch's batches from its
+        # length, less the micro-batches it restored as done.
+        return self.steps_per_epoch * self.per_rank
+
+    def __iter__(self):
+        order = epoch_order(self.n_blocks, self.seed, self.epoch).tolist()
+        done = min(max(self.steps_done - self.epoch * self.steps_per_epoch, 0), self.steps_per_epoch)
+        for step in range(done, self.steps_per_epoch):
+            start = step * self.global_batch + self.first
+            yield from order[start:start + self.per_rank]
+
+
 # LlamaData carries the data position in its own state (below), which Lightning does not look at
 # when it warns that a mid-epoch resume restarts the epoch: here it does not.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 
 
-class ResumableSampler(DistributedSampler):
-    """DistributedSampler that can start an epoch part-way (a resumed run skips what it already trained on)."""
-
-    def __init__(self, *args, per_step: int = 1, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.per_step = per_step  # samples of this rank per optimizer step (micro-batch x grad-accum)
-        self.resume_at: Optional[tuple[int, int]] = None  # (epoch, samples of this rank already used)
-
-    def __len__(self) -> int:
-        # Whole optimizer steps only: Lightning steps DDP/FSDP on an epoch's last batch with a partial
-        # accumulation, and under DeepSpeed it carries the tail into the next step (gradients of more
-        # micro-batches than --grad-accum), so the tail of each epoch is dropped, as drop_last does.
-        return super().__len__() // self.per_step * self.per_step
-
-    def __iter__(self):
-        indices = list(super().__iter__())[:len(self)]
-        if self.resume_at is not None and self.resume_at[0] == self.epoch:
-            indices = indices[self.resume_at[1]:]
-            self.resume_at = None
-        return iter(indices)
-
-
 class LlamaData(pl.LightningDataModule):
-    """Same seed, same world size -> the same global batches in the same order for every strategy.
+    """Same seed and global batch -> the same sequences in every optimizer step, for every strategy and every
+    world size x micro-batch x grad-accum split (GlobalBatchSampler says which rank trains on which).
 
-    Its state in a checkpoint is the data position (epoch, micro-batches done in it), so a resumed run
-    continues with the next batch instead of restarting the epoch (Lightning alone would restart it)."""
+    Its state in a checkpoint is the data position in optimizer steps (and the global batch they are counted
+    in), so a resumed run continues with the next global batch instead of restarting the epoch (Lightning
+    alone would restart it), also under another split of the same global batch."""
 
     def __init__(self, blocks: torch.Tensor, micro_batch_size: int, seed: int, grad_accum: int = 1) -> None:
         super().__init__()
         self.dataset, self.micro_batch_size, self.seed = Blocks(blocks), micro_batch_size, seed
         self.grad_accum = grad_accum
-        self._resume: Optional[dict] = None
+        self.steps_done = 0  # optimizer steps trained before this fit: set by load_state_dict on resume
+        self._resumed_accum: Optional[int] = None  # the --grad-accum the checkpoint was written with
+
+    def global_batch(self) -> int:
+        return self.micro_batch_size * self.grad_accum * self.trainer.world_size
 
     def train_dataloader(self) -> DataLoader:
-        sampler = ResumableSampler(self.dataset, num_replicas=self.trainer.world_size, rank=self.trainer.global_rank,
-                                   shuffle=True, seed=self.seed, drop_last=True,
-                                   per_step=self.micro_batch_size * self.grad_accum)
-        if self._resume:
-            sampler.resume_at = (self._resume["epoch"], self._resume["batches_done"] * self.micro_batch_size)
+        # Lightning has restored its loop state by now (it calls this after loading the checkpoint)
+        if self._resumed_accum not in (None, self.grad_accum):
+            self._recount_micro_batches(self._resumed_accum)
+        sampler = GlobalBatchSampler(len(self.dataset), self.micro_batch_size, self.grad_accum, self.trainer.world_size,
+                                     self.trainer.global_rank, self.seed, steps_done=self.steps_done)
         return DataLoader(self.dataset, batch_size=self.micro_batch_size, sampler=sampler, drop_last=True)
 
     def state_dict(self) -> dict:
-        loop = self.trainer.fit_loop
-        return {"epoch": self.trainer.current_epoch,
-                "batches_done": loop.epoch_loop.batch_progress.current.processed}
+        return {"optimizer_steps": self.trainer.global_step, "global_batch": self.global_batch(),
+                "grad_accum": self.grad_accum, "blocks": len(self.dataset)}
 
     def load_state_dict(self, state: dict) -> None:
-        self._resume = state
+        if "optimizer_steps" not in state:  # {"epoch", "batches_done"}: a position in the per-rank order before it
+            raise UserError("--resume: the checkpoint was written by a shardlab that ordered data per rank "
+                            "(DistributedSampler); this one orders it by global batch and cannot continue that "
+                            "order; finish the run with the shardlab that started it, or start without --resume")
+        if state["blocks"] != len(self.dataset):
+            raise UserError(f"--resume: the checkpoint was trained on {state['blocks']} blocks, --data now gives "
+                            f"{len(self.dataset)}; resume with the data it was trained on")
+        if state["global_batch"] != self.global_batch():
+            raise UserError(f"--resume: the checkpoint's data position counts global batches of {state['global_batch']} "
+                            f"sequences, this run's are {self.global_batch()} (--micro-batch-size x --grad-accum x "
+                            f"world size); keep their product at {state['global_batch']}")
+        self.steps_done, self._resumed_accum = state["optimizer_steps"], state["grad_accum"]
+
+    def _recount_micro_batches(self, old_accum: int) -> None:
+        """Lightning's restored batch counters count the checkpoint's micro-batches; it steps the optimizer
+        when the count is a multiple of --grad-accum and ends the epoch at len(dataloader) micro-batches.
+        Under another --grad-accum they are recounted: the same optimizer steps, in this run's micro-batches.
+        (Checkpoints are written right after an optimizer step, so the counts are whole steps.)"""
+        progress = self.trainer.fit_loop.epoch_loop.batch_progress
+        for counters in (progress.current, progress.total):  # this epoch's, and the run's
+            shift = counters.processed // old_accum * (self.grad_accum - old_accum)
+            for name in ("ready", "started", "processed", "completed"):
+                setattr(counters, name, getattr(counters, name) + shift)
 
 
 def check_enough(blocks: torch.Tensor, micro_batch_size: int, world_size: int, seq_len: int, grad_accum: int = 1) -> None:

@@ -40,7 +40,7 @@ KNOWN_BAD: list[tuple[str, Callable[[dict], bool], str, str]] = [
      "the epoch's last batch with a partial accumulation, and under DeepSpeed carries those micro-batches into the "
      "next step (a --grad-accum larger than an epoch never completes a step)",
      lambda v: bool(v["lightning"]) and Version(v["lightning"]) <= Version("2.6.6"),
-     "worked around: shardlab cuts every epoch to whole optimizer steps (recipes/data.py ResumableSampler)",
+     "worked around: shardlab cuts every epoch to whole optimizer steps (recipes/data.py GlobalBatchSampler)",
      "shardlab measurement on one H200 and on CPU, benchmarks/results/2026-12-02-offload-and-ratios-h200.md (lightning 2.6.6, deepspeed 0.19.8)"),
     ("Lightning refuses DeepSpeed on CPU ('only supported on CUDA GPUs') and passes device_rank=None to DeepSpeed",
      lambda v: bool(v["deepspeed"] and v["lightning"]) and Version(v["lightning"]) <= Version("2.6.6"),

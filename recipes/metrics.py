@@ -76,10 +76,10 @@ class StepRecorder(pl.Callback):
             )
 
     def on_train_end(self, trainer, pl_module) -> None:
-        peak = torch.tensor([peak_memory_bytes(pl_module.device)], device=trainer.strategy.root_device)
-        self.peaks = [int(x) for x in trainer.strategy.all_gather(peak).flatten().tolist()]
-        rss = torch.tensor([int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024], device=trainer.strategy.root_device)
-        self.cpu_peaks = [int(x) for x in trainer.strategy.all_gather(rss).flatten().tolist()]
+        rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        both = torch.tensor([peak_memory_bytes(pl_module.device), rss], device=trainer.strategy.root_device)
+        gathered = trainer.strategy.all_gather(both).reshape(-1, 2).tolist()  # one collective: [rank][peak, rss]
+        self.peaks, self.cpu_peaks = [int(g[0]) for g in gathered], [int(g[1]) for g in gathered]
 
     def median_step_s(self) -> float:
         """Median optimizer-step time after warm-up: 5 steps (as the raw-Lightning anchor), fewer on short runs."""

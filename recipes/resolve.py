@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Optional
 
 from shardlab.core import memory, precision as precisions, registry, selector, trace
-from shardlab.core.config import RunConfig
+from shardlab.core.config import RunConfig, same_value
 from shardlab.core.errors import UserError
 from shardlab.core.hardware import Hardware, probe
 from shardlab.core.resolved import ResolvedRun
@@ -68,7 +68,7 @@ def _from_deepspeed_file(cfg: RunConfig) -> tuple[RunConfig, list[str], list[str
             raise UserError(f"--strategy {preset}: {name} describes {fields['strategy']} (zero_optimization stage and "
                             f"offload); drop --strategy to follow the file, or change the file")
     problems = [f"{k} is {v!r} in {name} but --{k.replace('_', '-')} gives {getattr(cfg, k)!r}"
-                for k, v in fields.items() if k in given and k != "strategy" and not _same(getattr(cfg, k), v)]
+                for k, v in fields.items() if k in given and k != "strategy" and not same_value(getattr(cfg, k), v)]
     if problems:
         raise UserError("; ".join(problems) + "; drop the flag to follow the file, or change the file")
     taken = {k: v for k, v in fields.items() if k not in given or (k == "strategy" and cfg.strategy == "auto")}
@@ -78,13 +78,6 @@ def _from_deepspeed_file(cfg: RunConfig) -> tuple[RunConfig, list[str], list[str
     auto = {"choice": taken["strategy"], "reasons": [f"{name} describes {taken['strategy']} (its zero_optimization stage "
                                                      f"and offload): the file decided"]} if "strategy" in taken else None
     return cfg.model_copy(update={**taken, "offload": None} if "strategy" in taken else taken), decisions, notes, auto
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return a == b
 
 
 def _default_seq_len(name: str, context: int) -> int:

@@ -93,8 +93,11 @@ def prepare(cfg: RunConfig) -> Prepared:
     if c.resume:
         from shardlab.recipes import checkpoint
 
-        resume = checkpoint.resolve_resume(c.resume, Path(c.output))
+        # an intact checkpoint (manifest checked) that continues this run, before any rank starts or OUTPUT changes
+        resume, passed_over = checkpoint.resolve_resume(c.resume, Path(c.output))
         checkpoint.check_resume(resume, checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg), c.max_steps)
+        if passed_over:
+            run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
     return Prepared(run=run, folder=folder, blocks=blocks, resume=resume)
 
 
@@ -182,13 +185,14 @@ def out_of_memory_advice(p: Prepared, error: BaseException) -> str:
 
 
 def _loggers(kind: str, output: Path) -> list:
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    """OUTPUT/logs/csv and OUTPUT/logs/tensorboard, continued by a resumed run (recipes/logs.py)."""
+    from shardlab.recipes.logs import ContinuedCSVLogger, ContinuedTensorBoardLogger
 
     loggers = []
     if kind in ("csv", "both"):
-        loggers.append(CSVLogger(output, name="logs", version="csv"))
+        loggers.append(ContinuedCSVLogger(output))
     if kind in ("tensorboard", "both"):
-        loggers.append(TensorBoardLogger(output, name="logs", version="tensorboard", default_hp_metric=False))
+        loggers.append(ContinuedTensorBoardLogger(output))
     return loggers or False
 
 

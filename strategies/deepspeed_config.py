@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shardlab.core import precision
+from shardlab.core.config import same_value
 from shardlab.core.errors import UserError
 
 # Blog configs carry these; DeepSpeed ignores them silently. key -> (shardlab field, value to set)
@@ -154,7 +155,7 @@ def reconcile(cfg: dict[str, Any], run: dict[str, Any], name: str) -> tuple[dict
         given = parent[path[-1]]
         if given == "auto":
             parent[path[-1]] = value
-        elif flag and not _same(given, value):
+        elif flag and not same_value(given, value):
             problems.append(f"{'.'.join(path)} is {given!r} in {name} but {flag} gives {value!r}")
     offload = _offload(cfg.get("zero_optimization", {}))
     if offload != run["offload"]:
@@ -164,13 +165,6 @@ def reconcile(cfg: dict[str, Any], run: dict[str, Any], name: str) -> tuple[dict
         raise UserError("; ".join(problems))
     _validate_with_deepspeed(cfg, run, name)
     return cfg, changes, warnings
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return a == b
 
 
 def _offload(zero: dict[str, Any]) -> str:

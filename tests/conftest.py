@@ -1,4 +1,5 @@
-"""Shared helpers: run the real `recipe` command in fresh processes (2 CPU ranks over gloo)."""
+"""Shared helpers: the real `recipe` command in fresh processes (2 CPU ranks over gloo) or, where it starts no
+process, in this one; the runs that several test files read (each trained once per session)."""
 from __future__ import annotations
 
 import json
@@ -45,6 +46,66 @@ def train(recipe, tmp_path_factory):
         return done[key]
 
     return run
+
+
+@pytest.fixture
+def in_process(cache_dir, capsys, monkeypatch):
+    """in_process(*args) -> (exit code, stdout, stderr) of `recipe ARGS` run by cli.main in this process (what the
+    `recipe` script calls): for what starts no process (plan, export-config, launch --print, strategies, models,
+    doctor, refusals), the same checks without an interpreter start-up (~8 s) each. SHARDLAB_CACHE as `recipe`'s."""
+    from shardlab.recipes import cli
+
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+
+    def run(*args) -> tuple[int, str, str]:
+        capsys.readouterr()  # only this command's output
+        rc = cli.main([str(a) for a in args])
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def short_corpus(tmp_path_factory) -> Path:
+    """The shipped corpus cut to 88 blocks of 128 tokens: at 16 blocks per optimizer step (micro-batch 4 x
+    accumulation 2 x 2 ranks) an epoch is 5 whole steps and a tail of one micro-batch per rank."""
+    from shardlab.recipes import data
+    from shardlab.recipes.model import byte_tokenizer
+
+    path = tmp_path_factory.mktemp("short-corpus") / "short.txt"
+    path.write_text(data.embedded_corpus()[:11_300], encoding="utf-8")
+    assert len(data.token_blocks(data.read_texts(str(path)), byte_tokenizer(), 128)) == 88
+    return path
+
+
+FAMILIES = ("ddp", "zero2", "zero3", "fsdp")
+SHARED_STEPS = ("--max-steps", "6")
+
+# Llama 3.x at tiny scale: tied embeddings, a 128,256-token vocabulary, rope_scaling llama3, 8 query heads per KV
+# head. test_parity.py trains it under every preset (train() keeps each run); test_reliability.py kills and resumes
+# those runs; test_bad_input.py resumes from the ddp run's checkpoint.
+LLAMA3 = ("--model", "tiny-llama3", "--max-steps", "3", "--micro-batch-size", "2", "--seq-len", "64",
+          "--checkpoint-every", "2")
+
+
+@pytest.fixture(scope="session")
+def four_families(recipe, tmp_path_factory) -> dict:
+    """One `recipe compare --strategies ddp,zero2,zero3,fsdp --max-steps 6` (tiny, fp32, 2 CPU ranks), shared.
+
+    test_compare.py checks its verdict and report; its runs are the one-node fp32 reference of each family for
+    test_parity.py, test_launch.py and test_deepspeed_config.py. Each is the run `recipe run --strategy NAME
+    --max-steps 6` would do: compare resolves every run from the same flags, and at fp32 aligns nothing.
+    -> {"output": folder, "metrics": metrics.json, "runs": {name: summary.json + "output"}}"""
+    out = tmp_path_factory.mktemp("four-families")
+    proc = recipe("compare", "--strategies", ",".join(FAMILIES), "--accelerator", "cpu", "--devices", "2",
+                  *SHARED_STEPS, "--output", out)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["precision"] == "32-true" and metrics["alignment_notes"][0].startswith("nothing to align"), metrics
+    runs = {n: json.loads((out / "runs" / n / "summary.json").read_text()) | {"output": str(out / "runs" / n)}
+            for n in FAMILIES}
+    return {"output": out, "metrics": metrics, "runs": runs}
 
 
 def rel_diff(a: list[float], b: list[float]) -> float:

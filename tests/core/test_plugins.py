@@ -68,22 +68,29 @@ def broken_path(tmp_path_factory) -> str:
     return str(site)
 
 
-def test_example_plugin_is_listed_apart(recipe, zero1_path):
-    proc = recipe("strategies", "--json", pythonpath=zero1_path)
-    assert proc.returncode == 0, proc.stderr
-    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+@pytest.fixture(scope="module")
+def listing(recipe, broken_path, zero1_path) -> dict:
+    """`recipe strategies` and `recipe strategies --json` with the example and the broken plug-ins installed."""
+    path = broken_path + ":" + zero1_path
+    table, as_json = recipe("strategies", pythonpath=path), recipe("strategies", "--json", pythonpath=path)
+    assert table.returncode == 0 and as_json.returncode == 0, table.stderr + as_json.stderr
+    return {"table": table.stdout, "rows": json.loads(as_json.stdout)}
+
+
+def test_example_plugin_is_listed_apart(listing):
+    rows = {r["name"]: r for r in listing["rows"]}
     assert rows["zero1"]["source"] == "plugin:shardlab-zero1" and rows["ddp"]["source"] == "built-in"
-    table = recipe("strategies", pythonpath=zero1_path).stdout
+    table = listing["table"]
     assert table.index("plug-ins:") < table.index("zero1")
 
 
 def test_example_plugin_trains_and_compares_with_ddp(recipe, zero1_path, tmp_path):
     # on the Llama-3 test shape (tied embeddings, 128k vocabulary): the plug-in trains and exports it tied
     proc = recipe("compare", "--strategies", "ddp,zero1", "--accelerator", "cpu", "--devices", "2", "--model", "tiny-llama3",
-                  "--micro-batch-size", "2", "--seq-len", "64", "--max-steps", "5", "--output", tmp_path, pythonpath=zero1_path)
+                  "--micro-batch-size", "2", "--seq-len", "64", "--max-steps", "3", "--output", tmp_path, pythonpath=zero1_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
-    assert m["parity"] is True and len(m["strategies"]["zero1"]["losses"]) == 5
+    assert m["parity"] is True and len(m["strategies"]["zero1"]["losses"]) == 3
     hf = next(tmp_path.glob("runs/zero1*/hf"))
     assert json.loads((hf / "config.json").read_text())["tie_word_embeddings"] is True
 
@@ -95,18 +102,14 @@ def test_example_plugin_takes_part_in_the_plan(recipe, zero1_path):
     assert rows["zero1"]["gpu_bytes"] > rows["zero2"]["gpu_bytes"] - 2**30 and rows["zero1"]["source"].startswith("plugin")
 
 
-def test_broken_plugins_are_reported_and_the_rest_works(recipe, broken_path, zero1_path):
-    path = broken_path + ":" + zero1_path
-    proc = recipe("strategies", pythonpath=path)
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
+def test_broken_plugins_are_reported_and_the_rest_works(listing):
+    out = listing["table"]
     assert "importerror (plugin-importerror): ModuleNotFoundError" in out
     assert "duplicate (plugin-duplicate): ValueError: preset 'ddp' is already registered" in out
     assert "missing (plugin-missing): TypeError" in out and "full_state_dict" in out
     assert "zero1" in out and "ddp_plain" in out and "zero3_offload_all" in out
-    rows = json.loads(recipe("strategies", "--json", pythonpath=path).stdout)
-    assert {r["name"] for r in rows if "error" in r} == {"importerror (plugin-importerror)", "duplicate (plugin-duplicate)",
-                                                         "missing (plugin-missing)"}
+    assert {r["name"] for r in listing["rows"] if "error" in r} == {
+        "importerror (plugin-importerror)", "duplicate (plugin-duplicate)", "missing (plugin-missing)"}
 
 
 def test_plugin_without_memory_model_is_no_estimate_and_never_chosen(recipe, broken_path):

@@ -30,14 +30,14 @@ def test_built_strategy_carries_its_preset():
     assert s.name == "zero3_offload" and s.capabilities.offload == "optimizer" and s.capabilities.shards_parameters
 
 
-def test_recipe_strategies_json(recipe):
-    proc = recipe("strategies", "--json")
-    assert proc.returncode == 0
-    rows = json.loads(proc.stdout)
+def test_recipe_strategies_json(in_process):  # in this process (tests/conftest.py); plug-ins: test_plugins.py
+    rc, out, _ = in_process("strategies", "--json")
+    assert rc == 0
+    rows = json.loads(out)
     assert REQUIRED <= {r["name"] for r in rows}
     assert all({"description", "capabilities", "source"} <= set(r) for r in rows)
 
 
-def test_recipe_strategies_table(recipe):
-    proc = recipe("strategies")
-    assert proc.returncode == 0 and "zero3_offload_all" in proc.stdout
+def test_recipe_strategies_table(in_process):
+    rc, out, _ = in_process("strategies")
+    assert rc == 0 and "zero3_offload_all" in out

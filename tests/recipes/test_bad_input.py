@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from shardlab.recipes.model import SHAPES
+from tests.conftest import LLAMA3
 
 
 def _cases(tmp):
@@ -78,8 +80,9 @@ def test_unknown_subcommand(recipe):
 
 
 @pytest.fixture(scope="module")
-def checkpoints(recipe, tmp_path_factory):
-    """Real checkpoints: tiny under ddp, and a Llama of another shape (a local folder) under ddp."""
+def checkpoints(train, tmp_path_factory):
+    """A real checkpoint: the Llama-3 shape's under ddp at step 2 (LLAMA3, the run test_parity.py shares), copies of
+    it broken; a local Llama folder of another shape."""
     import shutil
 
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -91,18 +94,13 @@ def checkpoints(recipe, tmp_path_factory):
     LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                  num_key_value_heads=2, vocab_size=320, max_position_embeddings=256)).save_pretrained(other)
     byte_tokenizer().save_pretrained(other)
-    flags = ["--accelerator", "cpu", "--devices", "2", "--max-steps", "2", "--checkpoint-every", "2", "--no-export", "--metrics", "none"]
-    for name, model in (("tiny", "tiny"), ("other", other)):
-        proc = recipe("run", "--strategy", "ddp", "--model", model, "--output", root / name, *flags)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    ckpt = root / "tiny" / "checkpoints" / "step-000002"
+    ckpt = Path(train("ddp", *LLAMA3)["output"]) / "checkpoints" / "step-000002"
     corrupt, stateless = root / "corrupt" / "step-000002", root / "stateless" / "step-000002"
     shutil.copytree(ckpt, corrupt)
     (corrupt / "meta.json").write_text("{not json")
     shutil.copytree(ckpt, stateless)
     (stateless / "state").unlink()
-    return {"tiny": ckpt, "other": root / "other" / "checkpoints" / "step-000002", "corrupt": corrupt,
-            "stateless": stateless, "root": root}
+    return {"ddp": ckpt, "corrupt": corrupt, "stateless": stateless, "root": root}
 
 
 def _across_commands(tmp, ck):
@@ -117,19 +115,23 @@ def _across_commands(tmp, ck):
     config = json.loads((tmp / "mismatched" / "config.json").read_text())
     (tmp / "mismatched" / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
     run = ["run", "--accelerator", "cpu", "--devices", "2", "--max-steps", "6"]
+    llama3 = ["--model", "tiny-llama3", "--seq-len", "64"]  # the checkpoint's run, but for its micro-batch 2
+    resume = run + llama3 + ["--micro-batch-size", "2"]
     return {
         # checkpoints and resume
         "resume with no checkpoint": (run + ["--resume"], "no finished checkpoint"),
         "resume from a missing folder": (run + ["--resume", tmp / "nope"], "no such checkpoint folder"),
-        "resume from another strategy": (run + ["--strategy", "zero3", "--resume", ck["tiny"]], "strategy 'ddp'"),
-        "resume onto another model shape": (run + ["--resume", ck["other"]], "another shape"),
-        "resume from a corrupt meta.json": (run + ["--resume", ck["corrupt"]], "meta.json is corrupt"),
-        "resume from a checkpoint without state": (run + ["--resume", ck["stateless"]], "has no state"),
-        "resume with another micro-batch": (run + ["--micro-batch-size", "2", "--resume", ck["tiny"]], "--micro-batch-size 4"),
-        "resume with another world size": (run[:-4] + ["--devices", "1", "--max-steps", "6", "--resume", ck["tiny"]],
-                                           "--devices/--num-nodes 2"),
-        "resume past max-steps": (run[:-2] + ["--max-steps", "2", "--resume", ck["tiny"]], "raise --max-steps"),
-        "resume from a file, not a folder": (run + ["--resume", ck["tiny"] / "meta.json"], "no such checkpoint folder"),
+        "resume from another strategy": (resume + ["--strategy", "zero3", "--resume", ck["ddp"]], "strategy 'ddp'"),
+        "resume onto another model shape": (run + ["--resume", ck["ddp"]], "another shape"),
+        "resume from a corrupt meta.json": (resume + ["--resume", ck["corrupt"]], "meta.json is corrupt"),
+        "resume from a checkpoint without state": (resume + ["--resume", ck["stateless"]], "has no state"),
+        "resume with another micro-batch": (run + llama3 + ["--micro-batch-size", "4", "--resume", ck["ddp"]],
+                                            "--micro-batch-size 2"),
+        "resume with another world size": (["run", "--accelerator", "cpu", "--devices", "1", "--max-steps", "6", *llama3,
+                                            "--micro-batch-size", "2", "--resume", ck["ddp"]], "--devices/--num-nodes 2"),
+        "resume past max-steps": (run[:-2] + ["--max-steps", "2", *llama3, "--micro-batch-size", "2", "--resume", ck["ddp"]],
+                                  "raise --max-steps"),
+        "resume from a file, not a folder": (run + ["--resume", ck["ddp"] / "meta.json"], "no such checkpoint folder"),
         "negative checkpoint interval": (run + ["--checkpoint-every", "-1"], "--checkpoint-every"),
         "keep no checkpoints": (run + ["--keep-checkpoints", "0"], "--keep-checkpoints"),
         # plan
@@ -192,4 +194,4 @@ def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, mo
             failures.append(f"{name}: rc={rc} stderr={err[-400:]!r}")
     assert not failures, "\n".join(failures)
     # the checkpoints a failed resume pointed at are untouched
-    assert sorted(p.name for p in checkpoints["tiny"].iterdir()) == ["meta.json", "rng-rank0.pt", "rng-rank1.pt", "state"]
+    assert sorted(p.name for p in checkpoints["ddp"].iterdir()) == ["meta.json", "rng-rank0.pt", "rng-rank1.pt", "state"]

@@ -3,20 +3,20 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import rel_diff
+from tests.conftest import SHARED_STEPS, rel_diff
 
 
-def test_export_then_import_gives_the_same_run(recipe, train, tmp_path):
+def test_export_then_import_gives_the_same_run(recipe, in_process, four_families, tmp_path):
     cfg = tmp_path / "ds_config.json"
-    proc = recipe("export-config", "--format", "deepspeed", "--strategy", "zero3", "--accelerator", "cpu",
-                  "--devices", "2", "--output", cfg)
-    assert proc.returncode == 0, proc.stderr
-    proc = recipe("run", "--strategy", "zero3", "--accelerator", "cpu", "--devices", "2", "--max-steps", "6",
+    rc, _, err = in_process("export-config", "--format", "deepspeed", "--strategy", "zero3", "--accelerator", "cpu",
+                            "--devices", "2", "--output", cfg)
+    assert rc == 0, err
+    proc = recipe("run", "--strategy", "zero3", "--accelerator", "cpu", "--devices", "2", *SHARED_STEPS,
                   "--deepspeed-config", cfg, "--output", tmp_path / "run")
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["config"]["deepspeed_config"] == str(cfg)
-    assert rel_diff(s["losses"], train("zero3", "--max-steps", "6")["losses"]) < 1e-5
+    assert rel_diff(s["losses"], four_families["runs"]["zero3"]["losses"]) < 1e-5  # the same run without the file
 
 
 def test_blog_config_with_autos_and_unknown_keys_runs_with_warnings(recipe, tmp_path):
@@ -32,11 +32,12 @@ def test_blog_config_with_autos_and_unknown_keys_runs_with_warnings(recipe, tmp_
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["config"]["activation_checkpointing"] is True
 
 
-def test_contradiction_and_wrong_strategy_are_refused(recipe, tmp_path):
+def test_contradiction_and_wrong_strategy_are_refused(in_process, tmp_path):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 16, "zero_optimization": {"stage": 3}}))
     # the file states intent (micro-batch 16): only a flag the user typed can contradict it
     for flags, expected in ((["--strategy", "zero3", "--micro-batch-size", "4"], "ds.json but --micro-batch-size gives 4"),
                             (["--strategy", "fsdp"], "ds.json describes zero3 (zero_optimization stage and offload)")):
-        proc = recipe("run", "--accelerator", "cpu", "--deepspeed-config", cfg, "--output", tmp_path / "o", *flags)
-        assert proc.returncode == 2 and expected in proc.stderr and not (tmp_path / "o").exists(), proc.stderr
+        # refused before any process starts: in this one (in_process, tests/conftest.py)
+        rc, _, err = in_process("run", "--accelerator", "cpu", "--deepspeed-config", cfg, "--output", tmp_path / "o", *flags)
+        assert rc == 2 and expected in err and not (tmp_path / "o").exists(), err

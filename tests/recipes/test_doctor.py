@@ -1,10 +1,13 @@
 import json
 
 
-def test_doctor_reports_versions_strategies_ops_and_known_bad(recipe):
-    proc = recipe("doctor", "--json")
-    assert proc.returncode == 0, proc.stderr
-    r = json.loads(proc.stdout)
+# `recipe doctor` starts no process: it runs in this one (in_process, tests/conftest.py), the same interpreter and
+# packages as the command's.
+
+def test_doctor_reports_versions_strategies_ops_and_known_bad(in_process):
+    rc, out, err = in_process("doctor", "--json")
+    assert rc == 0, err
+    r = json.loads(out)
     assert {"python", "torch", "lightning", "transformers", "accelerate", "deepspeed"} <= set(r["versions"])
     assert {"cuda", "nccl", "gpus", "bf16"} <= set(r["accelerator"])
     assert r["deepspeed_ops"]["cpu_adam"] is True  # offload presets need it
@@ -12,6 +15,6 @@ def test_doctor_reports_versions_strategies_ops_and_known_bad(recipe):
     assert r["known_bad"] and all(b["source"] and isinstance(b["affected"], bool) for b in r["known_bad"])
 
 
-def test_doctor_table(recipe):
-    proc = recipe("doctor")
-    assert proc.returncode == 0 and "known-bad combinations:" in proc.stdout and "source:" in proc.stdout
+def test_doctor_table(in_process):
+    rc, out, _ = in_process("doctor")
+    assert rc == 0 and "known-bad combinations:" in out and "source:" in out

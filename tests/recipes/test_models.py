@@ -1,4 +1,6 @@
-"""Named Llama shapes: published parameter counts, the tiny test shapes, `recipe models`, planning from a config alone."""
+"""Named Llama shapes: published parameter counts, the tiny test shapes, `recipe models`, planning from a config alone.
+
+`recipe models` and `recipe plan` start no process: they run in this one (in_process, tests/conftest.py)."""
 from __future__ import annotations
 
 import json
@@ -62,41 +64,39 @@ def test_tiny_llama3_is_tied_gqa_8_with_llama3_rope(cache_dir, monkeypatch):
     assert sum(p.numel() for p in built.parameters()) == memory.shape_of(cfg).params
 
 
-def test_recipe_models_lists_every_shape(recipe, capsys):
-    proc = recipe("models", "--json")
-    assert proc.returncode == 0, proc.stderr
-    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+def test_recipe_models_lists_every_shape(in_process):
+    rc, out, err = in_process("models", "--json")
+    assert rc == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == set(SHIPPED)
     assert all(rows[n]["params"] == count for n, count in PUBLISHED.items())
     assert rows["llama-1b"]["alias_of"] == "tinyllama-1.1b" and rows["llama-3.2-1b"]["alias_of"] is None
     assert rows["tiny-llama3"]["tied"] and rows["tiny-llama3"]["kv_heads"] == 1 and rows["llama-3.1-8b"]["context"] == 131072
-    from shardlab.recipes import cli  # the table, in this process
-
-    assert cli.main(["models"]) == 0
-    table = capsys.readouterr().out.splitlines()
+    rc, out, _ = in_process("models")  # the table
+    assert rc == 0
+    table = out.splitlines()
     assert table[0].split()[:3] == ["name", "params", "layers"] and "kv heads" in table[0]
     assert any(l.startswith("llama-3.2-3b") and "3,212,749,824" in l and "yes" in l for l in table)
     assert any(l.startswith("llama-70b") and l.endswith("alias of llama-2-70b") for l in table)
 
 
 @pytest.mark.parametrize("form", ["folder", "file"])
-def test_plan_from_a_config_alone(recipe, tmp_path, form):
+def test_plan_from_a_config_alone(in_process, tmp_path, form):
     # a real config.json carries more than the shape: the published ids and dtype are read and ignored
     published = SHAPES["llama-3.2-1b"] | {"architectures": ["LlamaForCausalLM"], "bos_token_id": 128000,
                                           "eos_token_id": 128001, "torch_dtype": "bfloat16"}
     (tmp_path / "config.json").write_text(json.dumps(published))
-    proc = recipe("plan", "--model", tmp_path if form == "folder" else tmp_path / "config.json", *PLAN)
-    assert proc.returncode == 0, proc.stderr
-    model = json.loads(proc.stdout)["model"]
+    rc, out, err = in_process("plan", "--model", tmp_path if form == "folder" else tmp_path / "config.json", *PLAN)
+    assert rc == 0, err
+    model = json.loads(out)["model"]
     assert model["params"] == PUBLISHED["llama-3.2-1b"] and model["tied"] and model["kv_heads"] == 8
 
 
-def test_plan_names_the_model_and_its_unique_parameters(capsys):
-    from shardlab.recipes import cli  # in this process: `recipe plan` without a fresh interpreter
-
-    assert cli.main(["plan", "--model", "llama-3.2-3b", *PLAN]) == 0
-    model = json.loads(capsys.readouterr().out)["model"]
+def test_plan_names_the_model_and_its_unique_parameters(in_process):
+    rc, out, _ = in_process("plan", "--model", "llama-3.2-3b", *PLAN)
+    assert rc == 0
+    model = json.loads(out)["model"]
     assert model == {"name": "llama-3.2-3b", "params": 3_212_749_824, "layers": 28, "hidden": 3072, "heads": 24,
                      "kv_heads": 8, "intermediate": 8192, "vocab": 128256, "tied": True}
-    assert cli.main(["plan", "--model", "llama-3.2-3b", *PLAN[:-1]]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == "model: llama-3.2-3b, 3.21B parameters (tied embeddings)"
+    rc, out, _ = in_process("plan", "--model", "llama-3.2-3b", *PLAN[:-1])
+    assert rc == 0 and out.splitlines()[0] == "model: llama-3.2-3b, 3.21B parameters (tied embeddings)"

@@ -18,7 +18,7 @@ CPU = dict(accelerator="cpu", devices=2)
 GPU_80 = dict(accelerator="gpu", gpus=1, gpu_memory_gib=80, cpu_memory_gib=512)
 
 
-def test_a_2_rank_run_resolves_and_tokenises_once_and_plan_says_what_it_did(recipe, tmp_path, monkeypatch):
+def test_a_2_rank_run_resolves_and_tokenises_once_and_plan_says_what_it_did(recipe, in_process, tmp_path, monkeypatch):
     trace = tmp_path / "trace"
     monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
     flags = ("--strategy", "auto", "--accelerator", "cpu", "--devices", "2", "--max-steps", "2", "--output", tmp_path / "o")
@@ -28,10 +28,15 @@ def test_a_2_rank_run_resolves_and_tokenises_once_and_plan_says_what_it_did(reci
     assert events.count("resolve") == 1 and events.count("tokenise") == 1, events  # the ranks read the launcher's file
     assert not (tmp_path / "o" / ".prepared.pt").exists()  # the hand-off to the ranks is gone afterwards
     written = json.loads((tmp_path / "o" / "resolved.json").read_text())
-    planned = json.loads(recipe("plan", *flags, "--no-export", "--json").stdout)["resolved"]
+    rc, out, err = in_process("plan", *flags, "--no-export", "--json")  # plan starts no process: in this one
+    assert rc == 0, err
+    planned = json.loads(out)["resolved"]
     assert planned == written  # field for field, hardware and decisions included
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["config"] == written["config"] and summary["auto"] == written["auto"]
+    # what --strategy auto chose on CPU, said before training, and ran
+    assert "--strategy auto chose fsdp" in proc.stdout and summary["strategy"] == "fsdp" and summary["auto"]["reasons"]
+    assert summary["memory_estimate"]["gpu_bytes"] > 0 and len(summary["peak_memory_bytes"]) == 2
 
 
 @pytest.mark.parametrize("cfg", [
@@ -95,26 +100,27 @@ def test_a_deepspeed_file_states_intent(tmp_path):
         plan(RunConfig(strategy="zero3", model="llama-1b", deepspeed_config=bf16, lr=1e-3, **GPU_80))
 
 
-def test_launch_print_of_a_70b_plans_from_the_config_alone(recipe, cache_dir, tmp_path):
+def test_launch_print_of_a_70b_plans_from_the_config_alone(in_process, cache_dir, tmp_path):
     (tmp_path / "70b").mkdir()
     (tmp_path / "70b" / "config.json").write_text(
         json.dumps({**json.loads(open(os.path.join(os.path.dirname(__file__), "../../recipes/configs/models/llama-3.1-70b.json")).read())}))
     before = sorted(p.name for p in cache_dir.rglob("*"))
     for model in ("llama-2-70b", tmp_path / "70b"):
         t0 = time.perf_counter()
-        proc = recipe("launch", "--print", "--model", model, "--num-nodes", "4", "--devices", "8", "--master-addr", "node0",
-                      "--master-port", "29500", "--accelerator", "gpu", "--gpu-memory-gib", "80", "--cpu-memory-gib", "1024",
-                      "--strategy", "zero3", "--activation-checkpointing")
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "node 3: torchrun" in proc.stdout and time.perf_counter() - t0 < 30
+        rc, out, err = in_process("launch", "--print", "--model", model, "--num-nodes", "4", "--devices", "8",
+                                  "--master-addr", "node0", "--master-port", "29500", "--accelerator", "gpu",
+                                  "--gpu-memory-gib", "80", "--cpu-memory-gib", "1024", "--strategy", "zero3",
+                                  "--activation-checkpointing")  # in this process: no interpreter start-up in the 30 s
+        assert rc == 0, err[-2000:]
+        assert "node 3: torchrun" in out and time.perf_counter() - t0 < 30
     assert sorted(p.name for p in cache_dir.rglob("*")) == before  # no weights built
 
 
-def test_export_config_writes_the_schedule(recipe, tmp_path):
+def test_export_config_writes_the_schedule(in_process, tmp_path):
     out = tmp_path / "ds.json"
-    proc = recipe("export-config", "--format", "deepspeed", "--strategy", "zero3", "--lr-schedule", "cosine",
-                  "--warmup-steps", "10", "--output", out)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    rc, _, err = in_process("export-config", "--format", "deepspeed", "--strategy", "zero3", "--lr-schedule", "cosine",
+                            "--warmup-steps", "10", "--output", out)
+    assert rc == 0, err[-2000:]
     sched = json.loads(out.read_text())["scheduler"]
     assert sched["type"] == "WarmupCosineLR" and sched["params"]["warmup_num_steps"] == 10
 

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from shardlab.core.config import RunConfig
 from shardlab.recipes.model import byte_tokenizer
+from shardlab.recipes.run import prepare
 
 SUMMARY_KEYS = {"strategy", "world_size", "precision", "losses", "tokens_per_s", "peak_memory_bytes", "wall_s", "hf_export"}
 
@@ -65,7 +66,17 @@ def test_shipped_yaml_is_valid_and_shows_its_command(path):
     RunConfig(**yaml.safe_load(text))
 
 
-@pytest.mark.parametrize("path", _shipped_configs(), ids=lambda p: p.name)
+def test_tiny_cpu_yaml_is_the_default_run(cache_dir, monkeypatch):
+    # tiny-cpu.yaml spells out the embedded default: the run `recipe run` does with no flags, which
+    # test_default_run_trains_and_exports trains (so the next test does not train it again)
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+    path = next(p for p in _shipped_configs() if p.name == "tiny-cpu.yaml")
+    spelled = prepare(RunConfig(**yaml.safe_load(path.read_text()))).run.config
+    default = prepare(RunConfig()).run.config
+    assert spelled.model_copy(update={"output": None}) == default.model_copy(update={"output": None})
+
+
+@pytest.mark.parametrize("path", [p for p in _shipped_configs() if p.name != "tiny-cpu.yaml"], ids=lambda p: p.name)
 def test_every_shipped_yaml_runs_a_few_steps(recipe, tmp_path, path):
     flags = ["--max-steps", "2", "--output", tmp_path / "o"]
     if yaml.safe_load(path.read_text()).get("accelerator") == "gpu" and not torch.cuda.is_available():
