@@ -83,6 +83,10 @@ class RunConfig(BaseModel):
     """Write a checkpoint every N optimizer steps to OUTPUT/checkpoints/step-NNNNNN (0: never)."""
     keep_checkpoints: int = Field(2, ge=1)
     """How many of the newest checkpoints to keep."""
+    portable_checkpoints: bool = True
+    """Each checkpoint also holds a portable copy (each parameter's fp32 weight and Adam moments, 12 bytes per
+    parameter): another strategy or world size can resume it, and `recipe export` reads it. --no-portable-checkpoints
+    writes only the backend's own form (that strategy and world size only)."""
     resume: Optional[str] = None
     """Continue a run: `latest` (what `--resume` alone means: the newest under OUTPUT/checkpoints) or a step-NNNNNN folder."""
     export: bool = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Optional
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -55,6 +55,10 @@ class Capabilities(BaseModel):
     """The kind of the backend's own config file it reads (`deepspeed`: `--deepspeed-config`), or None."""
     compile_by_default: bool = False
     """Measured faster with torch.compile on a GPU: GPU runs compile unless the user says --no-compile."""
+    portable_checkpoint: bool = False
+    """Writes and reads the portable copy of a checkpoint (each parameter's fp32 master and Adam moments,
+    recipes/portable.py): a run resumes under another strategy or world size, and `recipe export` reads it.
+    True needs `portable_state`, `portable_step` and `load_portable`."""
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,22 @@ class Strategy(ABC):
     @abstractmethod
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         """Collective: every rank calls it; rank 0 gets the consolidated fp32 weights on CPU, others None."""
+
+    def portable_state(self, model: torch.nn.Module, optimizer: Any) -> Iterator[tuple[str, Optional[dict[str, torch.Tensor]]]]:
+        """Collective, one parameter at a time in `model.named_parameters()` order: (name, {"master", "exp_avg",
+        "exp_avg_sq"}: the full tensors in fp32 on CPU) on global rank 0, (name, None) on the others.
+        `optimizer` is what the Lightning strategy steps (trainer.optimizers[0])."""
+        raise NotImplementedError(f"strategy '{self.name}' writes no portable checkpoint")
+
+    def portable_step(self, optimizer: Any) -> int:
+        """Adam's step count (bias correction continues from it)."""
+        raise NotImplementedError(f"strategy '{self.name}' writes no portable checkpoint")
+
+    def load_portable(self, model: torch.nn.Module, optimizer: Any, read: Callable[..., torch.Tensor], step: int) -> None:
+        """Every rank, before the first optimizer step of a resumed run: set the weights (the master and the
+        copy the model computes with), both Adam moments and Adam's step. read(kind, name, rows=None) gives the
+        full fp32 tensor of kind "master", "exp_avg" or "exp_avg_sq" (rows=(start, stop): only those rows of dim 0)."""
+        raise NotImplementedError(f"strategy '{self.name}' reads no portable checkpoint")
 
     def why_not_here(self) -> Optional[str]:
         """For `recipe doctor`: what this machine lacks for this backend (a package, a compiled op), or None."""

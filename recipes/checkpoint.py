@@ -35,8 +35,10 @@ from shardlab.core.errors import UserError
 
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
 TMP_DIR = re.compile(r"^\.step-(\d{6,})\.tmp$")
-# Run fields a resume must keep: the model, how it is sharded, and the exact batch sequence.
-MUST_MATCH = ("strategy", "world_size", "precision", "micro_batch_size", "grad_accum", "seq_len", "seed", "data")
+# Run fields a resume must keep: the numerics and the exact sequences of each optimizer step. The global batch
+# (micro-batch x accumulation x world size) must match too; how it is split may change (recipes/data.py), and
+# another strategy or world size resumes from the checkpoint's portable copy (recipes/portable.py).
+MUST_MATCH = ("precision", "seq_len", "seed", "data")
 # Whose file it is, for the message: rng-rank1.pt, FSDP2's __1_0.distcp, DeepSpeed's (bf16_)zero_pp_rank_1_...
 RANK_FILE = re.compile(r"^rng-rank(?P<rng>\d+)\.pt$|^__(?P<dcp>\d+)_\d+\.distcp$|^(?:bf16_)?zero_pp_rank_(?P<zero>\d+)_")
 # The manifest fingerprints each file by its size and the CRC32 of its first and last MiB, not by a
@@ -149,47 +151,48 @@ def newest_intact(root: Path, other_than: Optional[Path] = None) -> tuple[Option
     return None, passed
 
 
-def resolve_resume(resume: str, output: Path) -> tuple[Path, Optional[str]]:
+def resolve_resume(resume: str, output: Path, flag: str = "--resume") -> tuple[Path, Optional[str]]:
     """`--resume` (latest under OUTPUT/checkpoints) or `--resume PATH` -> (an intact checkpoint folder,
-    a warning when newer broken ones were passed over). Nothing is written."""
+    a warning when newer broken ones were passed over). Nothing is written. `flag` names the argument in messages."""
     if resume == "latest":
         root = output / "checkpoints"
         if not step_dirs(root):
-            raise UserError(f"--resume: no finished checkpoint under {root}; "
+            raise UserError(f"{flag}: no finished checkpoint under {root}; "
                             f"give --resume PATH or start without --resume")
-        return _newest(root)
+        return _newest(root, flag)
     path = Path(resume)
     if path.is_dir() and not (path / "meta.json").exists() and step_dirs(path):  # a checkpoints/ folder
-        return _newest(path)
+        return _newest(path, flag)
     if not path.is_dir():
-        raise UserError(f"--resume {resume}: no such checkpoint folder; give OUTPUT/checkpoints/step-NNNNNN")
+        raise UserError(f"{flag} {resume}: no such checkpoint folder; give OUTPUT/checkpoints/step-NNNNNN")
     if not (path / "meta.json").exists() and not (STEP_DIR.match(path.name) or TMP_DIR.match(path.name)):
-        raise UserError(f"--resume {path}: not a shardlab checkpoint (no meta.json); give OUTPUT/checkpoints/step-NNNNNN")
+        raise UserError(f"{flag} {path}: not a shardlab checkpoint (no meta.json); give OUTPUT/checkpoints/step-NNNNNN")
     why = problem(path)
     if why:
         good, _ = newest_intact(path.parent, other_than=path)
-        instead = (f"the newest intact checkpoint is {good.name}: use --resume {good}" if good else
+        instead = (f"the newest intact checkpoint is {good.name}: use {flag} {good}" if good else
                    f"no intact checkpoint under {path.parent}: start without --resume")
-        raise UserError(f"--resume {path}: incomplete or corrupt ({why}); {instead}")
+        raise UserError(f"{flag} {path}: incomplete or corrupt ({why}); {instead}")
     return path, None
 
 
-def _newest(root: Path) -> tuple[Path, Optional[str]]:
+def _newest(root: Path, flag: str = "--resume") -> tuple[Path, Optional[str]]:
     good, passed = newest_intact(root)
     if good is None:
         newest, why = passed[0]
-        raise UserError(f"--resume: no intact checkpoint under {root} (the newest, {newest.name}, is incomplete "
+        raise UserError(f"{flag}: no intact checkpoint under {root} (the newest, {newest.name}, is incomplete "
                         f"or corrupt: {why}); start without --resume")
     warning = None
     if passed:
         names = ", ".join(f"{p.name} ({why})" for p, why in passed)
-        warning = f"--resume: passed over incomplete or corrupt {names}; resuming from {good.name}"
+        warning = f"{flag}: passed over incomplete or corrupt {names}; resuming from {good.name}"
     return good, warning
 
 
-def check_resume(path: Path, identity: dict[str, Any], max_steps: int) -> dict[str, Any]:
+def check_resume(path: Path, identity: dict[str, Any], max_steps: int) -> bool:
     """meta.json against this run: every difference that would not continue the same run is an error.
-    `path` is intact: what resolve_resume returned."""
+    `path` is intact: what resolve_resume returned. True: the run resumes from the portable copy (another
+    strategy or world size than the checkpoint's)."""
     meta = json.loads((path / "meta.json").read_text())
     step = int(meta["step"])
     if meta.get("model_shape") != identity["model_shape"]:
@@ -198,15 +201,38 @@ def check_resume(path: Path, identity: dict[str, Any], max_steps: int) -> dict[s
                         f"than --model {identity['model']} ({_shape(identity['model_shape'])}); {use}")
     for field in MUST_MATCH:
         if meta.get(field) != identity[field]:
-            flag = "--devices/--num-nodes" if field == "world_size" else "--" + field.replace("_", "-")
-            why = (" (its shards are in that backend's format)" if field == "strategy" else
-                   " (the shards are split for it)" if field == "world_size" else " (the data position depends on it)")
+            why = " (the numerics)" if field == "precision" else " (the sequences of each step depend on it)"
             raise UserError(f"--resume {path}: the checkpoint was written with {field} {meta.get(field)!r}{why}, "
-                            f"this run has {identity[field]!r}; use {flag} {meta.get(field)}")
+                            f"this run has {identity[field]!r}; use --{field.replace('_', '-')} {meta.get(field)}")
+    batch = lambda m: int(m["micro_batch_size"]) * int(m["grad_accum"]) * int(m["world_size"])  # noqa: E731
+    if batch(meta) != batch(identity):
+        raise UserError(f"--resume {path}: the checkpoint's global batch is {batch(meta)} sequences per step "
+                        f"({_split(meta)}), this run's {batch(identity)} ({_split(identity)}); "
+                        f"{_same_batch(batch(meta), identity)}")
     if step >= max_steps:
         raise UserError(f"--resume {path}: the checkpoint is at step {step}, --max-steps is {max_steps}; "
                         f"raise --max-steps to train further")
-    return meta
+    elsewhere = (meta["strategy"], meta["world_size"]) != (identity["strategy"], identity["world_size"])
+    if elsewhere and not (path / "portable" / "index.json").is_file():
+        raise UserError(f"--resume {path}: written by {meta['strategy']} on {meta['world_size']} rank(s) without a "
+                        f"portable copy (--no-portable-checkpoints), so only that strategy and world size can "
+                        f"resume it; use --strategy {meta['strategy']} with {meta['world_size']} rank(s)")
+    return elsewhere
+
+
+def _split(m: dict[str, Any]) -> str:
+    return f"micro-batch {m['micro_batch_size']} x accumulation {m['grad_accum']} x {m['world_size']} rank(s)"
+
+
+def _same_batch(batch: int, run: dict[str, Any]) -> str:
+    """The flag that gives this run the checkpoint's global batch, or what cannot."""
+    per_step = run["micro_batch_size"] * run["world_size"]
+    if batch % per_step == 0:
+        return f"use --grad-accum {batch // per_step}"
+    if batch % run["world_size"] == 0:
+        per_rank = batch // run["world_size"]
+        return f"use --micro-batch-size {per_rank} --grad-accum 1 (or any micro-batch x accumulation = {per_rank})"
+    return f"{batch} sequences do not divide over {run['world_size']} ranks: use a world size that divides {batch}"
 
 
 def _shape(s: Optional[dict]) -> str:
@@ -214,11 +240,21 @@ def _shape(s: Optional[dict]) -> str:
 
 
 class PeriodicCheckpoint(pl.Callback):
-    """Every `every` optimizer steps: write step-NNNNNN atomically, keep the last `keep`."""
+    """Every `every` optimizer steps: write step-NNNNNN atomically, keep the last `keep`. With `portable`, each
+    checkpoint also gets its portable copy (recipes/portable.py) from `model_folder`'s config and tokenizer."""
 
-    def __init__(self, root: Path, every: int, keep: int, identity: dict[str, Any]) -> None:
+    def __init__(self, root: Path, every: int, keep: int, identity: dict[str, Any], portable: bool = False,
+                 model_folder: str = "") -> None:
         self.root, self.every, self.keep, self.identity = root, every, keep, identity
+        self.portable, self.model_folder = portable, model_folder
         self._last = -1
+        self._train_state_to: Optional[Path] = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        if self._train_state_to is not None and trainer.global_rank == 0:  # Lightning's state, without tensors
+            from shardlab.recipes import portable
+
+            torch.save(portable.train_state(checkpoint), self._train_state_to / "train.pt")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -235,7 +271,20 @@ class PeriodicCheckpoint(pl.Callback):
             shutil.rmtree(tmp, ignore_errors=True)  # left by a write that was killed
             tmp.mkdir(parents=True)
         strategy.barrier("shardlab-ckpt-start")
-        trainer.save_checkpoint(tmp / "state")  # collective: each backend writes its own form
+        if self.portable:
+            self._train_state_to = tmp / "portable"
+            if trainer.global_rank == 0:
+                self._train_state_to.mkdir()
+        try:
+            trainer.save_checkpoint(tmp / "state")  # collective: each backend writes its own form
+        finally:
+            self._train_state_to = None
+        if self.portable:  # collective: one parameter at a time
+            from shardlab.recipes import portable
+
+            module = trainer.lightning_module
+            portable.write(tmp / "portable", module.strategy, module.model, trainer.optimizers[0],
+                           trainer.global_rank == 0, self.model_folder)
         torch.save(_rng_states(), tmp / f"rng-rank{trainer.global_rank}.pt")
         strategy.barrier("shardlab-ckpt-written")
         if trainer.global_rank == 0:

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("estimate memory per strategy on given hardware and choose one, with reasons", "plan"),
     "compare": ("run several strategies from the same weights and batches; report parity", "compare"),
     "launch": ("start one run across nodes through torchrun or SLURM, after validating it", "launch"),
+    "export": ("write a Hugging Face folder from a checkpoint of any strategy and world size (CPU, no ranks)", "export_cmd"),
     "export-config": ("write the DeepSpeed JSON or Accelerate YAML that reproduces a run", "export_config"),
     "strategies": ("list the registered strategy presets", "strategies_cmd"),
     "models": ("list the shipped model shapes with their parameter counts", "models_cmd"),

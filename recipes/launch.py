@@ -1,7 +1,8 @@
 """`recipe launch`: one `recipe run` across nodes through torchrun (or SLURM's srun), validated first.
 
 On each node: `recipe launch --num-nodes N --node-rank R --master-addr HOST --master-port P --devices D
-[flags of recipe run]`. `--print` shows the command for every node, in torchrun and accelerate forms.
+[flags of recipe run]`. `--print` shows the command for every node, in torchrun and accelerate forms, and a
+SLURM batch script; `--print --launcher slurm` prints the script alone (`... > job.sbatch; sbatch job.sbatch`).
 """
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from shardlab.core.errors import UserError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from shardlab.recipes.run import add_run_arguments
 
-    parser.add_argument("--print", dest="print_only", action="store_true", help="print every node's command and exit")
+    parser.add_argument("--print", dest="print_only", action="store_true",
+                        help="print every node's command and a SLURM batch script, and exit (with --launcher slurm: the script alone)")
+    slurm = parser.add_argument_group("SLURM batch script (--print)")
+    slurm.add_argument("--job-name", help="#SBATCH --job-name (default: shardlab-STRATEGY); its log is JOBNAME-JOBID.out")
+    slurm.add_argument("--cpus-per-task", type=int, default=8, help="#SBATCH --cpus-per-task: CPU cores per rank (default: 8)")
+    slurm.add_argument("--partition", help="#SBATCH --partition (default: the cluster's)")
+    slurm.add_argument("--time", help="#SBATCH --time, e.g. 04:00:00 (default: the partition's limit)")
     add_run_arguments(parser)
 
 
@@ -46,7 +53,7 @@ def validate(cfg: RunConfig, args: argparse.Namespace) -> list[str]:
         problems.append("--devices: give the processes per node (GPUs per node, or CPU processes)")
     if cfg.master_port is None:
         problems.append("--master-port: give a free TCP port on node 0, the same on every node")
-    if cfg.num_nodes > 1 and not cfg.master_addr:
+    if cfg.num_nodes > 1 and not cfg.master_addr and cfg.launcher != "slurm":  # SLURM: node 0 of the allocation
         problems.append("--master-addr: give the address of node 0 (every node must reach it)")
     if not args.print_only and cfg.launcher == "torchrun" and cfg.node_rank is None:
         problems.append(f"--node-rank: give this node's rank, 0..{cfg.num_nodes - 1}")
@@ -58,6 +65,11 @@ def validate(cfg: RunConfig, args: argparse.Namespace) -> list[str]:
                             f"environment says {env_world} ({'WORLD_SIZE' if cfg.launcher == 'torchrun' else 'SLURM_NTASKS'})")
         if cfg.launcher == "slurm" and os.environ.get("SLURM_NNODES") and int(os.environ["SLURM_NNODES"]) != cfg.num_nodes:
             problems.append(f"--num-nodes {cfg.num_nodes}: SLURM_NNODES is {os.environ['SLURM_NNODES']}")
+    if getattr(args, "job_name", None) in ("bash", "interactive"):  # Lightning then ignores SLURM's variables
+        problems.append(f"--job-name {args.job_name}: Lightning takes a SLURM job of that name for an interactive "
+                        f"shell and ignores its tasks; pick another name")
+    if getattr(args, "cpus_per_task", 1) < 1:
+        problems.append(f"--cpus-per-task {args.cpus_per_task}: give at least 1")
     return problems
 
 
@@ -70,8 +82,35 @@ def commands(cfg: RunConfig, run_argv: list[str]) -> dict[str, list[list[str]]]:
                    "--num_processes", str(cfg.num_nodes * cfg.devices), "--main_process_ip", addr,
                    "--main_process_port", str(cfg.master_port), "--module", "shardlab.recipes.cli", "run", *run_argv]
                   for r in range(cfg.num_nodes)]
-    srun = [["srun", "--nodes", str(cfg.num_nodes), "--ntasks-per-node", str(cfg.devices), "recipe", "run", *run_argv]]
+    # one task per rank: each runs `recipe run`, which Lightning's SLURMEnvironment places from SLURM's variables
+    srun = [["srun", "--nodes", str(cfg.num_nodes), "--ntasks-per-node", str(cfg.devices), "--kill-on-bad-exit=1",
+             sys.executable, "-m", "shardlab.recipes.cli", "run", *run_argv]]
     return {"torchrun": torchrun, "accelerate": accelerate, "slurm": srun}
+
+
+def sbatch_script(cfg: RunConfig, srun: list[str], args: argparse.Namespace) -> str:
+    """A batch script to submit as is: the allocation, the rendezvous on the allocation's first node, the srun line."""
+    job = args.job_name or f"shardlab-{cfg.strategy}"
+    lines = ["#!/bin/bash",
+             f"# shardlab: recipe run on {cfg.num_nodes} node(s) x {cfg.devices} rank(s), one SLURM task per rank.",
+             "# Submit with: sbatch THIS_FILE; the log is JOBNAME-JOBID.out in the directory you submit from.",
+             f"#SBATCH --job-name={job}",
+             f"#SBATCH --nodes={cfg.num_nodes}",
+             f"#SBATCH --ntasks-per-node={cfg.devices}"]
+    if cfg.accelerator != "cpu":
+        lines.append(f"#SBATCH --gpus-per-node={cfg.devices}")
+    lines += [f"#SBATCH --cpus-per-task={args.cpus_per_task}", "#SBATCH --output=%x-%j.out"]
+    lines += [f"#SBATCH --{k}={v}" for k, v in (("partition", args.partition), ("time", args.time)) if v]
+    lines += ["set -eu",
+              "",
+              "# rendezvous: the first node of the allocation is node 0 (Lightning reads MASTER_ADDR and MASTER_PORT)",
+              'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+              f"export MASTER_PORT={cfg.master_port}",
+              "# network: `recipe doctor` on a node shows NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, NCCL_DEBUG, ... and checks them",
+              "",
+              "# the Python that printed this script (shardlab installed); every node must see it at this path",
+              shlex.join(srun)]
+    return "\n".join(lines) + "\n"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -91,12 +130,16 @@ def main(args: argparse.Namespace) -> int:
         prepare(cfg)  # the same checks `recipe run` makes, before any process starts
     forms = commands(cfg, run_argv)
     if args.print_only:
+        script = sbatch_script(cfg, forms["slurm"][0], args)
+        if cfg.launcher == "slurm":  # the script alone, to redirect into a file
+            print(script, end="")
+            return 0
         for form in ("torchrun", "accelerate"):
             print(f"# {form}")
             for r, cmd in enumerate(forms[form]):
                 print(f"node {r}: {shlex.join(cmd)}")
-        print("# slurm (one line, from the batch script)")
-        print(shlex.join(forms["slurm"][0]))
+        print("# slurm: a batch script (`recipe launch --print --launcher slurm ... > job.sbatch`, then `sbatch job.sbatch`)")
+        print(script, end="")
         return 0
     if cfg.launcher == "slurm":
         cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", *run_argv]  # srun started one task per process

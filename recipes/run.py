@@ -57,6 +57,8 @@ class Prepared:
     blocks: torch.Tensor
     """The token blocks, [sequences, seq_len]."""
     resume: Optional[Path] = None
+    portable: bool = False
+    """Resume from the checkpoint's portable copy: it was written by another strategy or world size."""
 
     @property
     def cfg(self) -> RunConfig:
@@ -67,14 +69,14 @@ class Prepared:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         torch.save({"run": self.run.model_dump_json(), "folder": str(self.folder), "blocks": self.blocks,
-                    "resume": str(self.resume) if self.resume else None}, tmp)
+                    "resume": str(self.resume) if self.resume else None, "portable": self.portable}, tmp)
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> "Prepared":
         d = torch.load(path, weights_only=True)
         return cls(run=ResolvedRun.model_validate_json(d["run"]), folder=Path(d["folder"]), blocks=d["blocks"],
-                   resume=Path(d["resume"]) if d["resume"] else None)
+                   resume=Path(d["resume"]) if d["resume"] else None, portable=bool(d.get("portable")))
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -89,16 +91,17 @@ def prepare(cfg: RunConfig) -> Prepared:
     check_weights(folder, model_cfg)
     blocks = data_lib.token_blocks(texts, AutoTokenizer.from_pretrained(folder), c.seq_len)
     data_lib.check_enough(blocks, c.micro_batch_size, run.world_size, c.seq_len, c.grad_accum)
-    resume = None
+    resume, elsewhere = None, False
     if c.resume:
         from shardlab.recipes import checkpoint
 
         # an intact checkpoint (manifest checked) that continues this run, before any rank starts or OUTPUT changes
         resume, passed_over = checkpoint.resolve_resume(c.resume, Path(c.output))
-        checkpoint.check_resume(resume, checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg), c.max_steps)
+        elsewhere = checkpoint.check_resume(resume, checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg),
+                                            c.max_steps)
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
-    return Prepared(run=run, folder=folder, blocks=blocks, resume=resume)
+    return Prepared(run=run, folder=folder, blocks=blocks, resume=resume, portable=bool(c.resume) and elsewhere)
 
 
 def train(p: Prepared) -> dict[str, Any] | None:
@@ -126,18 +129,27 @@ def train(p: Prepared) -> dict[str, Any] | None:
         from shardlab.recipes.checkpoint import PeriodicCheckpoint, run_identity
 
         identity = run_identity(cfg, cfg.strategy, ctx.world_size, model_cfg)
-        callbacks.append(PeriodicCheckpoint(output / "checkpoints", cfg.checkpoint_every, cfg.keep_checkpoints, identity))
+        portable = cfg.portable_checkpoints and strategy.capabilities.portable_checkpoint
+        callbacks.append(PeriodicCheckpoint(output / "checkpoints", cfg.checkpoint_every, cfg.keep_checkpoints, identity,
+                                            portable=portable, model_folder=str(p.folder)))
     if os.environ.get("SHARDLAB_MEMORY_SNAPSHOT") and ctx.accelerator == "gpu":
         from shardlab.recipes.metrics import MemorySnapshot
 
         callbacks.append(MemorySnapshot(os.environ["SHARDLAB_MEMORY_SNAPSHOT"]))
+    lightning_strategy = strategy.lightning_strategy(ctx)
+    ckpt_path = str(p.resume / "state") if p.resume else None
     if p.resume:
         from shardlab.recipes.checkpoint import RestoreRNG
 
         callbacks.append(RestoreRNG(p.resume))
+    if p.portable:  # another strategy or world size: the loops from train.pt, the tensors in on_train_start
+        from shardlab.recipes import portable
+
+        ckpt_path = portable.resume_from(lightning_strategy, p.resume / "portable")
+        callbacks.append(portable.LoadPortable(p.resume / "portable"))
     trainer = pl.Trainer(
         accelerator=ctx.accelerator, devices=ctx.devices, num_nodes=ctx.num_nodes,
-        strategy=strategy.lightning_strategy(ctx), max_steps=cfg.max_steps,
+        strategy=lightning_strategy, max_steps=cfg.max_steps,
         accumulate_grad_batches=cfg.grad_accum, use_distributed_sampler=False,  # our sampler: same order for all
         logger=_loggers(cfg.metrics, output), enable_checkpointing=False, enable_model_summary=False, default_root_dir=str(output),
         callbacks=callbacks + ([export] if export else []), **strategy.trainer_kwargs(ctx),
@@ -145,7 +157,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     t0 = time.perf_counter()
     try:
         trainer.fit(module, datamodule=data_lib.LlamaData(p.blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum),
-                    ckpt_path=str(p.resume / "state") if p.resume else None)
+                    ckpt_path=ckpt_path)
     except torch.OutOfMemoryError as e:
         raise RunFailed(out_of_memory_advice(p, e)) from None
     wall = time.perf_counter() - t0
@@ -160,6 +172,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
         "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff} if export else None,
         "memory_estimate": p.run.estimate,
         "resumed_from": str(p.resume) if p.resume else None,
+        "resumed_through": ("portable copy" if p.portable else "native state") if p.resume else None,
         "auto": p.run.auto, "decisions": p.run.decisions,
         "config": cfg.model_dump(), "model_folder": str(p.folder), "model": p.run.model,
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",

@@ -15,7 +15,7 @@ from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.precision import half
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
-from shardlab.strategies._common import is_rank_zero, process_group_backend
+from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero, process_group_backend
 
 
 # The recipe's configure_gradient_clipping defers to the Strategy, which for DeepSpeed does nothing:
@@ -309,6 +309,58 @@ class ZeRO(Strategy):
                 state[name] = full.detach().to("cpu", torch.float32).clone()
         return state if is_rank_zero() else None
 
+    # Portable checkpoints. DeepSpeed's own universal checkpoint (ds_to_universal) stays inside DeepSpeed; these go
+    # through its public per-parameter API (deepspeed.utils.safe_get_full_*, collective), whatever the stage,
+    # offload and world size. `optimizer` is DeepSpeed's ZeRO optimizer; its `.optimizer` is the Adam that
+    # steps the flat fp32 partitions (torch's AdamW, or DeepSpeedCPUAdam under offload).
+    def portable_state(self, model, optimizer):
+        from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+
+        for name, p in model.named_parameters():
+            full = {"master": safe_get_full_fp32_param(p), "exp_avg": safe_get_full_optimizer_state(p, "exp_avg"),
+                    "exp_avg_sq": safe_get_full_optimizer_state(p, "exp_avg_sq")}
+            yield name, ({k: v.detach().to("cpu", torch.float32).reshape(p.ds_shape if self.stage == 3 else p.shape)
+                          for k, v in full.items()} if is_rank_zero() else None)
+
+    def portable_step(self, optimizer) -> int:
+        return adam_step(optimizer.optimizer)
+
+    def load_portable(self, model, optimizer, read, step) -> None:
+        import deepspeed
+        from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+        # DeepSpeed creates Adam's state at the first step; ZeRO-3 lists its flat fp32 partitions only inside it
+        ensure_adam_state(optimizer.optimizer, step, getattr(optimizer, "fp32_partitioned_groups_flat", None))
+        if hasattr(optimizer, "_lazy_init_hp_params_optimizer_state"):  # ZeRO-1/2: link each parameter to it, as
+            optimizer._lazy_init_hp_params_optimizer_state()  # its first step would
+        for name, p in model.named_parameters():
+            master = read("master", name)
+            if self.stage == 3:
+                for kind in ("master", "exp_avg", "exp_avg_sq"):
+                    _set_zero3_partition(p, master if kind == "master" else read(kind, name), None if kind == "master" else kind)
+                with deepspeed.zero.GatheredParameters([p], modifier_rank=0), torch.no_grad():
+                    if is_rank_zero():  # the 16-bit (or fp32) copy the module computes with, re-partitioned
+                        p.data.copy_(master)
+            else:
+                safe_set_full_fp32_param(p, master)
+                for kind in ("exp_avg", "exp_avg_sq"):
+                    safe_set_full_optimizer_state(p, read(kind, name), kind)
+                with torch.no_grad():
+                    p.data.copy_(master)
+        if dist.is_initialized():
+            dist.barrier()
+
+
+def _set_zero3_partition(param, value: torch.Tensor, key: Optional[str]) -> None:
+    """This rank's part of a ZeRO-3 parameter's fp32 master (key None) or Adam state, from the full tensor.
+    DeepSpeed's set_full_hp_param narrows the full tensor at rank x partition size, past its end on the last
+    rank when the partition is padded; this copies only the elements the tensor has."""
+    opt = param._z3_optimizer
+    part, group = opt._get_fp32_opt_state_partition(param, release_swap_buffers=False, optim_state_key=key)
+    start = part.numel() * opt._get_param_partition_rank(param)
+    flat = value.flatten()[start:start + part.numel()]
+    part.data[:flat.numel()].copy_(flat)
+
 
 def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
     """Copy the folder's weights into ZeRO-3 partitioned parameters: rank 0 reads one tensor at a time,
@@ -334,6 +386,7 @@ PRESETS = [
         # torch.compile of the decoder layers: ZeRO-2 measured +11.6% on one H200 (47,128 -> 52,581 tokens/s, llama-1b,
         # results/2026-12-02-offload-and-ratios-h200.md); ZeRO-3 -16.5% (its parameter fetch hooks break the graphs).
         capabilities=Capabilities(offload=offload, compile_by_default=name == "zero2", native_config="deepspeed",
+                                  portable_checkpoint=True,
                                   selector_role=role, **_ZERO_SHARDS[stage]),
     )
     for name, stage, offload, role, desc in [

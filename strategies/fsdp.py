@@ -17,7 +17,7 @@ from shardlab.core import memory
 from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
-from shardlab.strategies._common import is_rank_zero
+from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero
 
 
 # Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
@@ -123,6 +123,43 @@ class FSDP2(Strategy):
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return {k: v.detach().to(torch.float32) for k, v in state.items()} if is_rank_zero() else None
 
+    # Portable checkpoints: parameters and Adam's moments are DTensors sharded on dim 0 alike.
+    def portable_state(self, model, optimizer):
+        for name, p in model.named_parameters():
+            state = optimizer.state[p]
+            full = {k: _full_tensor(t) for k, t in (("master", p), ("exp_avg", state["exp_avg"]),
+                                                    ("exp_avg_sq", state["exp_avg_sq"]))}
+            yield name, ({k: v.to(torch.float32) for k, v in full.items()} if is_rank_zero() else None)
+
+    def portable_step(self, optimizer) -> int:
+        return adam_step(optimizer)
+
+    def load_portable(self, model, optimizer, read, step) -> None:
+        ensure_adam_state(optimizer, step)  # the moments: DTensors sharded as their parameter (zeros_like)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                state = optimizer.state[p]
+                for kind, t in (("master", p), ("exp_avg", state["exp_avg"]), ("exp_avg_sq", state["exp_avg_sq"])):
+                    local = t.to_local()
+                    if local.numel():
+                        start = _first_row(t)
+                        local.copy_(read(kind, name, rows=(start, start + local.shape[0])))
+
+
+def _first_row(t) -> int:
+    """The first row of dim 0 this rank holds of a DTensor sharded by fully_shard (torch.chunk's split)."""
+    chunk = -(-t.shape[0] // t.device_mesh.size())
+    return t.device_mesh.get_local_rank() * chunk
+
+
+def _full_tensor(t) -> torch.Tensor:
+    """Collective: the whole DTensor on CPU. A CPU-offloaded shard under NCCL is gathered through the GPU."""
+    from torch.distributed.tensor import DTensor
+
+    if t.device.type == "cpu" and t.device_mesh.device_type == "cuda":
+        t = DTensor.from_local(t.to_local().cuda(), t.device_mesh, t.placements, shape=t.shape, stride=t.stride())
+    return t.full_tensor().detach().cpu()
+
 
 def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.device) -> None:
     """Materialise a meta-device model sharded by fully_shard and fill each rank's rows from the folder.
@@ -139,12 +176,11 @@ def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.devic
             local = param.to_local()
             if local.numel() == 0:  # more ranks than rows: this rank holds nothing of it
                 continue
-            chunk = -(-param.shape[0] // param.device_mesh.size())
-            start = param.device_mesh.get_local_rank() * chunk
+            start = _first_row(param)
             local.copy_(source.read(name, rows=(start, start + local.shape[0])))
 
 
-_FSDP_CAPS = dict(shards_optimizer=True, shards_gradients=True, shards_parameters=True,
+_FSDP_CAPS = dict(portable_checkpoint=True, shards_optimizer=True, shards_gradients=True, shards_parameters=True,
                   precisions=("32-true", "bf16-mixed", "bf16-true"))
 PRESETS = [
     Preset(

@@ -79,9 +79,6 @@ def short_corpus(tmp_path_factory) -> Path:
     return path
 
 
-FAMILIES = ("ddp", "zero2", "zero3", "fsdp")
-SHARED_STEPS = ("--max-steps", "6")
-
 # Llama 3.x at tiny scale: tied embeddings, a 128,256-token vocabulary, rope_scaling llama3, 8 query heads per KV
 # head. test_parity.py trains it under every preset (train() keeps each run); test_reliability.py kills and resumes
 # those runs; test_bad_input.py resumes from the ddp run's checkpoint.
@@ -89,23 +86,33 @@ LLAMA3 = ("--model", "tiny-llama3", "--max-steps", "3", "--micro-batch-size", "2
           "--checkpoint-every", "2")
 
 
-@pytest.fixture(scope="session")
-def four_families(recipe, tmp_path_factory) -> dict:
-    """One `recipe compare --strategies ddp,zero2,zero3,fsdp --max-steps 6` (tiny, fp32, 2 CPU ranks), shared.
+FAMILIES = ("ddp", "zero2", "zero3", "fsdp")
 
-    test_compare.py checks its verdict and report; its runs are the one-node fp32 reference of each family for
-    test_parity.py, test_launch.py and test_deepspeed_config.py. Each is the run `recipe run --strategy NAME
-    --max-steps 6` would do: compare resolves every run from the same flags, and at fp32 aligns nothing.
-    -> {"output": folder, "metrics": metrics.json, "runs": {name: summary.json + "output"}}"""
+
+@pytest.fixture(scope="session")
+def four_families(recipe, short_corpus, tmp_path_factory) -> dict:
+    """One `recipe compare` of ddp, zero2, zero3 and fsdp (tiny, fp32, 2 CPU ranks) that checks several things at once.
+
+    6 steps of AdamW (beta2 0.99, weight decay 0.01), 2 warm-up steps then cosine decay, gradient accumulation 2 with
+    clipping, on the short corpus: step 6 starts the second epoch (the first epoch's tail, one micro-batch per rank,
+    is left out under every strategy), with CSV and TensorBoard metrics. test_compare.py checks its verdict and report,
+    test_training_options.py its schedule and metrics files; its runs are each family's one-node fp32 reference for
+    test_parity.py, test_launch.py and test_deepspeed_config.py, which run with its "flags": each is the run `recipe
+    run --strategy NAME --accelerator cpu --devices 2 FLAGS` does (compare resolves every run from the same flags,
+    and at fp32 aligns nothing).
+    -> {"flags": FLAGS, "output": folder, "metrics": metrics.json, "runs": {name: summary.json + "output"}}"""
+    flags = ("--max-steps", "6", "--warmup-steps", "2", "--lr-schedule", "cosine", "--adam-beta2", "0.99",
+             "--weight-decay", "0.01", "--grad-accum", "2", "--grad-clip", "1.0", "--data", str(short_corpus),
+             "--metrics", "both")
     out = tmp_path_factory.mktemp("four-families")
-    proc = recipe("compare", "--strategies", ",".join(FAMILIES), "--accelerator", "cpu", "--devices", "2",
-                  *SHARED_STEPS, "--output", out)
+    proc = recipe("compare", "--strategies", ",".join(FAMILIES), "--accelerator", "cpu", "--devices", "2", *flags,
+                  "--output", out)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["precision"] == "32-true" and metrics["alignment_notes"][0].startswith("nothing to align"), metrics
     runs = {n: json.loads((out / "runs" / n / "summary.json").read_text()) | {"output": str(out / "runs" / n)}
             for n in FAMILIES}
-    return {"output": out, "metrics": metrics, "runs": runs}
+    return {"flags": flags, "output": out, "metrics": metrics, "runs": runs}
 
 
 def rel_diff(a: list[float], b: list[float]) -> float:

@@ -210,3 +210,12 @@ def test_a_preset_takes_a_branch_through_its_role_not_its_name():
                   cpu_memory_bytes=1024 * GiB)
     d = selector.choose(selector.Budget(hw, 0.1), shape, work, None, {"my_fsdp": (mine, mine.build().estimate(shape, work))})
     assert d.choice == "my_fsdp" and "no offload needed: my_fsdp" in d.reasons[0]
+
+
+def test_the_measured_7b_points_on_one_h200_with_its_125_gib_host():
+    # benchmarks/results/2026-12-03-memory-h200.md: on this machine zero3_offload ran (123.2 GiB CPU measured) and
+    # zero3_offload_all was killed for host memory; fsdp with checkpointing ran at 102-103 GiB
+    d = plan("llama-2-7b", 1, 140, cpu_gib=125, micro_batch_size=2, activation_checkpointing=True)
+    assert d.choice == "fsdp" and d.rows["zero3_offload"].fits and not d.rows["zero3_offload_all"].fits
+    d = plan("llama-2-7b", 1, 140, cpu_gib=125, micro_batch_size=2, activation_checkpointing=True, offload="all")
+    assert d.choice != "zero3_offload_all" and "151.5 GiB CPU per node, more than fits" in d.reasons[1], d.reasons

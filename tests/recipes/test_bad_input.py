@@ -100,7 +100,13 @@ def checkpoints(train, tmp_path_factory):
     (corrupt / "meta.json").write_text("{not json")
     shutil.copytree(ckpt, stateless)
     (stateless / "state").unlink()
-    return {"ddp": ckpt, "corrupt": corrupt, "stateless": stateless, "root": root}
+    native = root / "native" / "step-000002"  # as --no-portable-checkpoints writes it: intact, no portable copy
+    shutil.copytree(ckpt, native)
+    shutil.rmtree(native / "portable")
+    meta = json.loads((native / "meta.json").read_text())
+    meta["files"] = {k: v for k, v in meta["files"].items() if not k.startswith("portable/")}
+    (native / "meta.json").write_text(json.dumps(meta))
+    return {"ddp": ckpt, "corrupt": corrupt, "stateless": stateless, "native": native, "root": root}
 
 
 def _across_commands(tmp, ck):
@@ -121,14 +127,16 @@ def _across_commands(tmp, ck):
         # checkpoints and resume
         "resume with no checkpoint": (run + ["--resume"], "no finished checkpoint"),
         "resume from a missing folder": (run + ["--resume", tmp / "nope"], "no such checkpoint folder"),
-        "resume from another strategy": (resume + ["--strategy", "zero3", "--resume", ck["ddp"]], "strategy 'ddp'"),
+        "resume elsewhere without a portable copy": (resume + ["--strategy", "zero3", "--resume", ck["native"]],
+                                                     "without a portable copy"),
+        "export without a portable copy": (["export", ck["native"], "--output", tmp / "hf"], "has no portable copy"),
         "resume onto another model shape": (run + ["--resume", ck["ddp"]], "another shape"),
         "resume from a corrupt meta.json": (resume + ["--resume", ck["corrupt"]], "meta.json is corrupt"),
         "resume from a checkpoint without state": (resume + ["--resume", ck["stateless"]], "has no state"),
         "resume with another micro-batch": (run + llama3 + ["--micro-batch-size", "4", "--resume", ck["ddp"]],
                                             "--micro-batch-size 2"),
         "resume with another world size": (["run", "--accelerator", "cpu", "--devices", "1", "--max-steps", "6", *llama3,
-                                            "--micro-batch-size", "2", "--resume", ck["ddp"]], "--devices/--num-nodes 2"),
+                                            "--micro-batch-size", "2", "--resume", ck["ddp"]], "use --grad-accum 2"),
         "resume past max-steps": (run[:-2] + ["--max-steps", "2", *llama3, "--micro-batch-size", "2", "--resume", ck["ddp"]],
                                   "raise --max-steps"),
         "resume from a file, not a folder": (run + ["--resume", ck["ddp"] / "meta.json"], "no such checkpoint folder"),
@@ -176,7 +184,7 @@ def _across_commands(tmp, ck):
 
 
 def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, monkeypatch):
-    """With test_bad_run_inputs: 68 cases over run, plan, compare, launch, configs and checkpoints.
+    """With test_bad_run_inputs: 69 cases over run, plan, compare, launch, configs and checkpoints.
 
     The `recipe` entry point is called in this process (cli.main: what `recipe` runs, exit code as its
     return value): the same checks as a fresh process, without 28 interpreter start-ups."""
@@ -194,4 +202,8 @@ def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, mo
             failures.append(f"{name}: rc={rc} stderr={err[-400:]!r}")
     assert not failures, "\n".join(failures)
     # the checkpoints a failed resume pointed at are untouched
-    assert sorted(p.name for p in checkpoints["ddp"].iterdir()) == ["meta.json", "rng-rank0.pt", "rng-rank1.pt", "state"]
+    from shardlab.recipes.checkpoint import problem
+
+    assert sorted(p.name for p in checkpoints["ddp"].iterdir()) == ["meta.json", "portable", "rng-rank0.pt",
+                                                                    "rng-rank1.pt", "state"]
+    assert problem(checkpoints["ddp"]) is None and problem(checkpoints["native"]) is None

@@ -14,7 +14,8 @@ def _compare(recipe, out, *flags):
 
 
 def test_four_families_parity_and_report_files(four_families):
-    # the shared compare of ddp, zero2, zero3, fsdp (tests/conftest.py); accumulation: test_training_options.py
+    # the shared compare of ddp, zero2, zero3, fsdp (tests/conftest.py): schedule, weight decay, accumulation with
+    # clipping, an epoch's tail
     m, out = four_families["metrics"], four_families["output"]
     assert m["parity"] is True and m["max_rel_loss_diff"] <= 1e-5, m["verdict"]
     assert set(m["strategies"]) == {"ddp", "zero2", "zero3", "fsdp"} and m["reference"] == "ddp"

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import SHARED_STEPS, rel_diff
+from tests.conftest import rel_diff
 
 
 def test_export_then_import_gives_the_same_run(recipe, in_process, four_families, tmp_path):
+    # the shared compare's zero3 run (tests/conftest.py): its schedule, AdamW and accumulation go through the file
+    flags = ("--strategy", "zero3", "--accelerator", "cpu", "--devices", "2", *four_families["flags"])
     cfg = tmp_path / "ds_config.json"
-    rc, _, err = in_process("export-config", "--format", "deepspeed", "--strategy", "zero3", "--accelerator", "cpu",
-                            "--devices", "2", "--output", cfg)
+    rc, _, err = in_process("export-config", "--format", "deepspeed", *flags, "--output", cfg)
     assert rc == 0, err
-    proc = recipe("run", "--strategy", "zero3", "--accelerator", "cpu", "--devices", "2", *SHARED_STEPS,
-                  "--deepspeed-config", cfg, "--output", tmp_path / "run")
+    proc = recipe("run", *flags, "--deepspeed-config", cfg, "--output", tmp_path / "run")
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["config"]["deepspeed_config"] == str(cfg)

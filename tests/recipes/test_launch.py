@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SHARED_STEPS, rel_diff
+from tests.conftest import rel_diff
 
 
 def _free_port() -> int:
@@ -25,7 +25,7 @@ def test_two_node_loopback_matches_one_node(cache_dir, four_families, tmp_path):
     nodes = [subprocess.Popen([sys.executable, "-m", "shardlab.recipes.cli", "launch", "--num-nodes", "2",
                                "--node-rank", str(r), "--devices", "1", "--master-addr", "127.0.0.1",
                                "--master-port", str(port), "--accelerator", "cpu", "--strategy", strategy,
-                               *SHARED_STEPS, "--output", str(out)],
+                               *four_families["flags"], "--output", str(out)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for r in (0, 1)]
     logs = [n.communicate(timeout=600)[0] for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
