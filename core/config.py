@@ -1,6 +1,7 @@
 """The typed configuration of one run: every field has a docstring that doubles as its CLI help."""
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -156,13 +157,18 @@ def _flag(loc: tuple[Any, ...]) -> str:
     return "--" + str(loc[0]).replace("_", "-")
 
 
-def describe_errors(err: ValidationError) -> str:
-    """All problems of a config on one line, each naming its flag."""
+def describe_errors(err: ValidationError, config_file: Optional[str] = None) -> str:
+    """All problems of a config on one line, each naming its flag; an unknown key names the YAML file it is in
+    (config_file: flags cannot give one) and the field it is closest to."""
     parts = []
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown field; known: " + ", ".join(RunConfig.model_fields)
+            key = str(e["loc"][0])
+            where = f" ({key} in --config {config_file})" if config_file else ""
+            close = difflib.get_close_matches(key, RunConfig.model_fields, n=1)
+            msg = f"unknown field{where}; " + (f"did you mean {close[0]} ({_flag(tuple(close))})?" if close
+                                               else "known: " + ", ".join(RunConfig.model_fields))
         if not e["loc"]:  # a cross-field check: its message names both flags
             parts.append(msg)
             continue
@@ -189,7 +195,7 @@ def load_config(yaml_path: Optional[str], overrides: dict[str, Any]) -> RunConfi
     try:
         return RunConfig(**values)
     except ValidationError as e:
-        raise UserError(describe_errors(e)) from None
+        raise UserError(describe_errors(e, yaml_path)) from None
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -11,3 +11,9 @@ class RunFailed(Exception):
     """A run that started but cannot finish correctly (diverged, export mismatch): one line, exit code 1."""
 
     exit_code = 1
+
+
+class Interrupted(Exception):
+    """Stopped by Ctrl-C (SIGINT): one line saying where the run got to and how to continue; exit code 130 (128 + 2)."""
+
+    exit_code = 130

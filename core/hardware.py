@@ -9,6 +9,12 @@ from pydantic import BaseModel, ConfigDict
 from shardlab.core.errors import UserError
 
 GiB = 2**30
+MiB = 2**20
+
+
+def human_bytes(b: float) -> str:
+    """Memory for people: GiB from 1 GiB up, MiB below (a tiny model's estimate is not "0.0 GiB")."""
+    return f"{b / GiB:.1f} GiB" if b >= GiB else f"{b / MiB:.1f} MiB"
 
 
 class Hardware(BaseModel):

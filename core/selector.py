@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from shardlab.core.hardware import GiB, Hardware
+from shardlab.core.hardware import Hardware, human_bytes
 from shardlab.core.memory import Estimate, Shape, Workload
 from shardlab.core.registry import Preset
 
@@ -58,10 +58,10 @@ class Budget:
     def describe(self) -> str:
         keep, flag = f"{(1 - self.headroom) * 100:g}%", f"(--memory-headroom {self.headroom:g})"
         if self.hw.accelerator == "gpu":
-            return (f"fits = within {keep} of {_gib(self.hw.gpu_memory_bytes)} per GPU ({_gib(self.gpu_bytes)}) {flag}, "
-                    f"and within {_gib(self.hw.cpu_memory_bytes)} CPU memory per node")
+            return (f"fits = within {keep} of {human_bytes(self.hw.gpu_memory_bytes)} per GPU ({human_bytes(self.gpu_bytes)}) {flag}, "
+                    f"and within {human_bytes(self.hw.cpu_memory_bytes)} CPU memory per node")
         return (f"fits = the {self.ranks_per_node} rank(s) of a node within {keep} of its "
-                f"{_gib(self.hw.cpu_memory_bytes)} ({_gib(self.cpu_bytes)}) {flag}")
+                f"{human_bytes(self.hw.cpu_memory_bytes)} ({human_bytes(self.cpu_bytes)}) {flag}")
 
 
 @dataclass
@@ -105,14 +105,10 @@ def table(candidates: dict[str, tuple[Preset, Optional[Estimate]]], budget: Budg
 def estimate_reason(choice: str, e: Estimate, budget: Budget) -> str:
     hw = budget.hw
     if hw.accelerator != "gpu":
-        return (f"{choice} is estimated at {_gib(e.gpu_bytes)} per rank and {_gib(e.cpu_bytes)} CPU per node "
-                f"({_gib(budget.cpu_bytes)} fit), on {hw.describe()}")
-    return (f"{choice} is estimated at {_gib(e.gpu_bytes)} per GPU ({_gib(budget.gpu_bytes)} fit) and "
-            f"{_gib(e.cpu_bytes)} CPU per node, on {hw.describe()}")
-
-
-def _gib(b: float) -> str:
-    return f"{b / GiB:.1f} GiB"
+        return (f"{choice} is estimated at {human_bytes(e.gpu_bytes)} per rank and {human_bytes(e.cpu_bytes)} CPU per node "
+                f"({human_bytes(budget.cpu_bytes)} fit), on {hw.describe()}")
+    return (f"{choice} is estimated at {human_bytes(e.gpu_bytes)} per GPU ({human_bytes(budget.gpu_bytes)} fit) and "
+            f"{human_bytes(e.cpu_bytes)} CPU per node, on {hw.describe()}")
 
 
 def choose(budget: Budget, shape: Shape, work: Workload, offload_requested: Optional[str],
@@ -148,9 +144,9 @@ def choose(budget: Budget, shape: Shape, work: Workload, offload_requested: Opti
                        f"was asked for: {choice}")
     elif hw.accelerator == "gpu" and not fitting.intersection(non_offload) and fitting.intersection({offload_opt, offload_all}):
         choice = offload_opt
-        reasons.append(f"no strategy without offload fits in {_gib(budget.gpu_bytes)} per GPU"
+        reasons.append(f"no strategy without offload fits in {human_bytes(budget.gpu_bytes)} per GPU"
                        + ("" if checkpointed is None else ", with activation checkpointing or without")
-                       + f", and CPU memory ({_gib(budget.cpu_bytes)} per node) holds the offloaded optimizer: {offload_opt}")
+                       + f", and CPU memory ({human_bytes(budget.cpu_bytes)} per node) holds the offloaded optimizer: {offload_opt}")
         if offload_opt not in fitting:
             choice = offload_all
             reasons.append(f"optimizer offload alone does not fit: parameters go to CPU too ({offload_all})")
@@ -162,7 +158,7 @@ def choose(budget: Budget, shape: Shape, work: Workload, offload_requested: Opti
     elif hw.num_nodes == 1 and hw.gpus_per_node < 8 and role.get("large_single_node") in fitting:
         choice = role["large_single_node"]
         reasons.append(f"{size} parameters (>= 10B) on one node of {hw.gpus_per_node} GPU(s) (< 8), "
-                       f"and {choice} fits ({_gib(est[choice].gpu_bytes)} per GPU of {_gib(budget.gpu_bytes)}): {choice}")
+                       f"and {choice} fits ({human_bytes(est[choice].gpu_bytes)} per GPU of {human_bytes(budget.gpu_bytes)}): {choice}")
     else:
         choice = role.get("large")
         why = "several nodes" if hw.num_nodes > 1 else (
@@ -181,13 +177,13 @@ def choose(budget: Budget, shape: Shape, work: Workload, offload_requested: Opti
                                  candidates, rows, user_said_checkpointing=checkpointed is None)
         if choice is None:
             reasons.append(f"no installed preset declares this branch (Capabilities.selector_role): {nxt}, the first "
-                           f"that fits in memory order ({_gib(est[nxt].gpu_bytes)} per GPU)")
+                           f"that fits in memory order ({human_bytes(est[nxt].gpu_bytes)} per GPU)")
         else:
-            need = (f"{_gib(est[choice].gpu_bytes)} per GPU and {_gib(est[choice].cpu_bytes)} CPU per node"
+            need = (f"{human_bytes(est[choice].gpu_bytes)} per GPU and {human_bytes(est[choice].cpu_bytes)} CPU per node"
                     if est.get(choice) else "memory it has no estimate for")
-            reasons.append(f"{choice} would need {need}, more than fits ({_gib(budget.gpu_bytes)} per GPU, "
-                           f"{_gib(budget.cpu_bytes)} CPU per node): moved to {nxt}, the next in memory order "
-                           f"({_gib(est[nxt].gpu_bytes)} per GPU)")
+            reasons.append(f"{choice} would need {need}, more than fits ({human_bytes(budget.gpu_bytes)} per GPU, "
+                           f"{human_bytes(budget.cpu_bytes)} CPU per node): moved to {nxt}, the next in memory order "
+                           f"({human_bytes(est[nxt].gpu_bytes)} per GPU)")
         choice = nxt
     return Decision(choice=choice, reasons=reasons, rows=rows, activation_checkpointing=checkpointing)
 
@@ -202,11 +198,11 @@ def _checkpointing(budget: Budget, plain: dict, checkpointed: dict, offload_requ
             return False, []
         with_it = _fitting(checkpointed, budget, offloads)
         if with_it and offloads == ("none",):
-            return True, [f"activation checkpointing on: no strategy without CPU offload fits in {_gib(budget.gpu_bytes)} "
+            return True, [f"activation checkpointing on: no strategy without CPU offload fits in {human_bytes(budget.gpu_bytes)} "
                           f"per GPU without it, and {', '.join(with_it)} with it; it costs {CHECKPOINTING_MEASURED}, "
                           f"where {OFFLOAD_MEASURED}; --no-activation-checkpointing keeps it off"]
         if with_it:
-            return True, [f"activation checkpointing on: nothing fits in {_gib(budget.gpu_bytes)} per GPU without it, CPU "
+            return True, [f"activation checkpointing on: nothing fits in {human_bytes(budget.gpu_bytes)} per GPU without it, CPU "
                           f"offload included, and {', '.join(with_it)} with it; --no-activation-checkpointing keeps it off"]
     return True, []
 
@@ -260,17 +256,17 @@ def _nothing_fits(budget: Budget, shape: Shape, work: Workload, candidates: dict
     fixes = _more_nodes(again, need, have, work, closest, "more GPUs" if binding == "gpu" else "more nodes", unit)
     if binding == "gpu" or hw.accelerator != "gpu":  # memory per rank binds
         if not ac:
-            fixes.append(f"--activation-checkpointing, which you turned off ({closest}: {_gib(need(again(activation_checkpointing=True)))} "
+            fixes.append(f"--activation-checkpointing, which you turned off ({closest}: {human_bytes(need(again(activation_checkpointing=True)))} "
                          f"{unit} with it)")
         if work.micro_batch_size > 1:
             fixes.append(f"a smaller --micro-batch-size (now {work.micro_batch_size}; {closest} at 1: "
-                         f"{_gib(need(again(micro_batch_size=1)))} {unit})")
+                         f"{human_bytes(need(again(micro_batch_size=1)))} {unit})")
         if hw.accelerator == "gpu" and preset.capabilities.offload == "none":
             fixes.append("CPU offload (--offload optimizer, or all)")
         if hw.accelerator != "gpu":
-            fixes.append(f"nodes with more memory ({closest} needs {_gib(need(e))} per node; --cpu-memory-gib plans for them)")
+            fixes.append(f"nodes with more memory ({closest} needs {human_bytes(need(e))} per node; --cpu-memory-gib plans for them)")
     else:  # CPU memory per node binds
-        fixes.insert(0, f"nodes with more CPU memory ({closest} needs {_gib(need(e))} per node; --cpu-memory-gib plans for them)")
+        fixes.insert(0, f"nodes with more CPU memory ({closest} needs {human_bytes(need(e))} per node; --cpu-memory-gib plans for them)")
         level = OFFLOAD_LEVELS.index
         less = [n for n, (p, o) in known.items()
                 if level(p.capabilities.offload) < level(preset.capabilities.offload) and o.cpu_bytes < e.cpu_bytes]
@@ -280,16 +276,16 @@ def _nothing_fits(budget: Budget, shape: Shape, work: Workload, candidates: dict
             nodes = _more_nodes(_again(known[n][0], shape, work), lambda x: x.gpu_bytes, budget.gpu_bytes, work, n,
                                 "more GPUs", "per GPU")
             if nodes:
-                fixes.append(f"less CPU offload: {n} needs {_gib(o.cpu_bytes)} CPU per node but {_gib(o.gpu_bytes)} per GPU; "
+                fixes.append(f"less CPU offload: {n} needs {human_bytes(o.cpu_bytes)} CPU per node but {human_bytes(o.gpu_bytes)} per GPU; "
                              + nodes[0])
     if need(e) <= total:
         fixes.append(f"--memory-headroom {math.floor((1 - need(e) / total) * 100) / 100:g} or less ({closest} needs "
-                     f"{_gib(need(e))} of {_gib(total)} {unit}, leaving less room for what the estimate misses)")
+                     f"{human_bytes(need(e))} of {human_bytes(total)} {unit}, leaving less room for what the estimate misses)")
     short = ("every strategy is short of GPU memory" if binding == "gpu" else
              f"{len(on_gpus)} fit the GPUs but none the CPU memory" if hw.accelerator == "gpu" else
              "every strategy is short of memory")
-    summary = (f"{short}; the closest, {closest}, needs {_gib(need(e))} {unit} where {_gib(have)} fit "
-               f"({(1 - budget.headroom) * 100:g}% of {_gib(total)}, --memory-headroom {budget.headroom:g})")
+    summary = (f"{short}; the closest, {closest}, needs {human_bytes(need(e))} {unit} where {human_bytes(have)} fit "
+               f"({(1 - budget.headroom) * 100:g}% of {human_bytes(total)}, --memory-headroom {budget.headroom:g})")
     why = [] if user_said_checkpointing or not ac else [
         "activation checkpointing on in this table: nothing fits without it either"]
     message = f"no strategy fits on {hw.describe()}: {summary}; try {'; '.join(fixes) or 'a larger machine'}"
@@ -309,7 +305,7 @@ def _more_nodes(again, need, have: int, work: Workload, name: str, what: str, un
     for nodes in (work.num_nodes * k for k in (2, 4, 8, 16)):
         e = again(num_nodes=nodes)
         if e is not None and need(e) <= have:
-            return [f"{what}: {nodes} nodes (--num-nodes {nodes}) bring {name} to {_gib(need(e))} {unit}"]
+            return [f"{what}: {nodes} nodes (--num-nodes {nodes}) bring {name} to {human_bytes(need(e))} {unit}"]
     return [f"{what} ({'--gpus, ' if what == 'more GPUs' else ''}--num-nodes): {name}'s share shrinks with them"]
 
 

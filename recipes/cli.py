@@ -2,6 +2,7 @@
 
 Each subcommand lives in its own module of shardlab.recipes, with `add_arguments(parser)` and
 `main(args) -> exit code`; modules are imported only when their command runs (torch imports are slow).
+Ctrl-C is one line too, exit code 130 (128 + SIGINT).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import importlib
 import sys
 from typing import Optional
 
-from shardlab.core.errors import RunFailed, UserError
+from shardlab.core.errors import Interrupted, RunFailed, UserError
 
 # name -> (help, module in shardlab.recipes)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,8 +53,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"recipe: error: {e}", file=sys.stderr)
         _record_in_rank(str(e))
         return e.exit_code
+    except Interrupted as e:  # Ctrl-C, once everything has stopped: where the run got to (recipes/interrupted.py)
+        print(f"recipe: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:  # Ctrl-C anywhere else; a rank stays quiet: its launcher says it
+        from shardlab.recipes.ranks import launched_here
+
+        if not launched_here():
+            print("recipe: interrupted", file=sys.stderr)
+        return Interrupted.exit_code
     except BaseException as e:  # a crash: the traceback goes to stderr; the agent gets its last line
-        if not isinstance(e, (KeyboardInterrupt, SystemExit)):
+        if not isinstance(e, SystemExit):
             _record_in_rank(f"{type(e).__name__}: {e}".splitlines()[0])
         raise
 

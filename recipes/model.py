@@ -110,7 +110,8 @@ def read_llama_config(path: str) -> dict:
         raise UserError(f"--model {path}: neither a shipped model nor an existing path; known: {', '.join(known)} "
                         f"(`recipe models`), or a local Hugging Face Llama folder or its config.json")
     if given.is_file() and given.suffix != ".json":
-        raise UserError(f"--model {path}: is a file, not a model folder or config.json")
+        raise UserError(f"--model {path}: is a file, not a model folder or config.json; give a shipped name (`recipe "
+                        f"models`), or a Hugging Face Llama folder (config.json, *.safetensors, tokenizer)")
     file = given / "config.json" if given.is_dir() else given
     try:
         cfg = json.loads(file.read_text())

@@ -10,7 +10,7 @@ import json
 import sys
 
 from shardlab.core.config import RunConfig, load_config
-from shardlab.core.hardware import GiB
+from shardlab.core.hardware import human_bytes
 from shardlab.core.resolved import ResolvedRun
 from shardlab.core.selector import Budget
 from shardlab.recipes.resolve import NothingFits, resolve_run
@@ -118,7 +118,7 @@ def _table(model: dict, budget: Budget, workload: str, rows: list[dict]) -> str:
         if r["gpu_bytes"] is None:
             lines.append(f"{r['name']:<20} {'no estimate':>12} {'':>13}  -")
             continue
-        lines.append(f"{r['name']:<20} {r['gpu_bytes'] / GiB:>8.1f} GiB {r['cpu_bytes'] / GiB:>9.1f} GiB  "
+        lines.append(f"{r['name']:<20} {human_bytes(r['gpu_bytes']):>12} {human_bytes(r['cpu_bytes']):>13}  "
                      f"{'yes' if r['fits'] else 'no'}")
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import uuid
 
@@ -23,8 +24,20 @@ def launched_here() -> bool:
     return any(k in os.environ for k in (LAUNCHED_ENV, "TORCHELASTIC_RUN_ID", "LOCAL_RANK", "SLURM_PROCID"))
 
 
+class _QuietInterrupt(logging.Filter):
+    """Ctrl-C: the launcher says it in one line (recipes/interrupted.py), not also the agent's warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "death signal" not in str(record.msg)
+
+
+_QUIET_INTERRUPT = _QuietInterrupt()
+
+
 def run_ranks(nproc: int, argv: list[str]) -> None:
-    """Run `recipe <argv>` in nproc local processes; raise RunFailed naming the first rank that failed."""
+    """Run `recipe <argv>` in nproc local processes; raise RunFailed naming the first rank that failed, or
+    KeyboardInterrupt on Ctrl-C once every rank has stopped."""
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -32,12 +45,21 @@ def run_ranks(nproc: int, argv: list[str]) -> None:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"shardlab-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
                           start_method="spawn", shutdown_timeout=10)
+    logging.getLogger("torch.distributed.elastic.agent.server.api").addFilter(_QUIET_INTERRUPT)
     os.environ[LAUNCHED_ENV] = "1"  # inherited by the ranks
+    previous = signal.getsignal(signal.SIGINT)
     try:
         elastic_launch(config, entrypoint=sys.executable)("-m", "shardlab.recipes.cli", *argv)
+    except SignalException as e:  # the agent stopped every rank (SIGINT, then SIGKILL after shutdown_timeout)
+        if e.sigval != signal.SIGINT:
+            raise
+        raise KeyboardInterrupt from None
     except ChildFailedError as e:
+        if all(f.exitcode in (130, -signal.SIGINT) for f in e.failures.values()):  # Ctrl-C reached the ranks first
+            raise KeyboardInterrupt from None
         raise RunFailed(describe_failure(e.failures, nproc)) from None
     finally:
+        signal.signal(signal.SIGINT, previous)  # the agent's handler outlives it: Ctrl-C is a KeyboardInterrupt again
         os.environ.pop(LAUNCHED_ENV, None)
 
 

@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import torch
 
@@ -32,12 +32,25 @@ def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             continue
         flag = "--" + name.replace("_", "-")
         help_ = f"{field.description} (default: {field.default})"
+        metavar = _metavar(field.annotation)
         if name == "resume":  # `--resume` alone continues from the latest checkpoint
             parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, nargs="?", const="latest", help=help_)
         elif field.annotation in (bool, Optional[bool]):
             parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, action=argparse.BooleanOptionalAction, help=help_)
         else:
-            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_)
+            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=help_)
+
+
+def _metavar(annotation: Any) -> Optional[str]:
+    """A field's values for --help: `{optimizer,all}` for a Literal (None allowed or not), `N|auto` for an int or a
+    Literal; None (argparse's NAME) otherwise."""
+    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) is Union else [annotation]
+    words = [str(v) for a in args if get_origin(a) is Literal for v in get_args(a)]
+    if not words:
+        return None
+    if all(get_origin(a) is Literal for a in args):
+        return "{" + ",".join(words) + "}"
+    return "|".join(["N" if int in args else "F" if float in args else "VALUE", *words])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +96,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     """Everything that can fail on bad input, before any process starts or anything is written to --output."""
     run = resolve_run(cfg)
     c = run.config
+    check_output(c.output)
     texts = data_lib.read_texts(c.data)  # before building weights: cheap failures first
     folder = initial_folder(c.model, c.seed)
     from transformers import AutoConfig, AutoTokenizer
@@ -102,6 +116,18 @@ def prepare(cfg: RunConfig) -> Prepared:
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
     return Prepared(run=run, folder=folder, blocks=blocks, resume=resume, portable=bool(c.resume) and elsewhere)
+
+
+def check_output(output: str) -> None:
+    """--output is a folder, or will be one: neither it nor a folder above it may be an existing file."""
+    path = Path(output)
+    for above in (path, *path.parents):
+        if above.is_dir():
+            return
+        if above.exists():
+            what = "is a file" if above == path else f"{above} is a file"
+            raise UserError(f"--output {output}: {what}, not a folder; give a new or existing folder for the run "
+                            f"(default runs/STRATEGY)")
 
 
 def train(p: Prepared) -> dict[str, Any] | None:
@@ -243,7 +269,7 @@ def announce(run: ResolvedRun) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from shardlab.recipes import ranks
+    from shardlab.recipes import interrupted, ranks
 
     ranks.die_with_launcher()
     handoff = os.environ.get(HANDOFF_ENV)
@@ -251,7 +277,12 @@ def main(args: argparse.Namespace) -> int:
         p = Prepared.load(Path(handoff))
     else:
         overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
-        p = prepare(load_config(getattr(args, "config", None), overrides))
+        cfg = load_config(getattr(args, "config", None), overrides)
+        if cfg.launcher == "slurm" and not ranks.launched_here():
+            raise UserError("--launcher slurm: `recipe run` starts its processes on this machine and ignores it; "
+                            "use `recipe launch --launcher slurm` (or `recipe launch --print --launcher slurm` for an "
+                            "sbatch script)")
+        p = prepare(cfg)
     in_rank = ranks.launched_here()
     if not in_rank or (os.environ.get("LOCAL_RANK", "0") == "0" and ranks.LAUNCHED_ENV not in os.environ):
         announce(p.run)
@@ -264,15 +295,24 @@ def main(args: argparse.Namespace) -> int:
         file = output / ".prepared.pt"
         p.save(file)
         os.environ[HANDOFF_ENV] = str(file.resolve())
+        started = time.time()
         try:
             ranks.run_ranks(p.cfg.devices, args.argv)
+        except KeyboardInterrupt:  # Ctrl-C: every rank has stopped
+            raise interrupted.stopped(p.cfg, started) from None
         finally:
             os.environ.pop(HANDOFF_ENV, None)
             file.unlink(missing_ok=True)
         return 0
     if not in_rank:
         p.run.save(Path(p.cfg.output) / "resolved.json")
-    summary = train(p)
+    started = time.time()
+    try:
+        summary = train(p)
+    except (KeyboardInterrupt, SystemExit) as e:  # Lightning answers Ctrl-C with sys.exit(1) after its teardown
+        if in_rank or not (isinstance(e, KeyboardInterrupt) or isinstance(e.__context__, KeyboardInterrupt)):
+            raise
+        raise interrupted.stopped(p.cfg, started) from None
     if not in_rank:
         _leave_process_group()
     if summary is not None:  # global rank 0

@@ -23,6 +23,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"{title}:")
         if not group:
             print("  (none installed)")
+        else:
+            print(f"  {'preset':<18} {'offload':<10} {'shards':<20} description")
         for r in group:
             c = r["capabilities"]
             shards = ",".join(k for k, key in [("optim", "shards_optimizer"), ("grads", "shards_gradients"),

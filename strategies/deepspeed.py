@@ -316,6 +316,7 @@ class ZeRO(Strategy):
     def portable_state(self, model, optimizer):
         from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 
+        _link_optimizer_state(optimizer)
         for name, p in model.named_parameters():
             full = {"master": safe_get_full_fp32_param(p), "exp_avg": safe_get_full_optimizer_state(p, "exp_avg"),
                     "exp_avg_sq": safe_get_full_optimizer_state(p, "exp_avg_sq")}
@@ -331,8 +332,7 @@ class ZeRO(Strategy):
 
         # DeepSpeed creates Adam's state at the first step; ZeRO-3 lists its flat fp32 partitions only inside it
         ensure_adam_state(optimizer.optimizer, step, getattr(optimizer, "fp32_partitioned_groups_flat", None))
-        if hasattr(optimizer, "_lazy_init_hp_params_optimizer_state"):  # ZeRO-1/2: link each parameter to it, as
-            optimizer._lazy_init_hp_params_optimizer_state()  # its first step would
+        _link_optimizer_state(optimizer)
         for name, p in model.named_parameters():
             master = read("master", name)
             if self.stage == 3:
@@ -349,6 +349,15 @@ class ZeRO(Strategy):
                     p.data.copy_(master)
         if dist.is_initialized():
             dist.barrier()
+
+
+def _link_optimizer_state(optimizer) -> None:
+    """ZeRO-1/2: point each parameter's fragment mapping at the optimizer's current Adam state, as its step does
+    lazily once. A native resume (engine.load_checkpoint) rebuilds the mappings but leaves DeepSpeed's "linked"
+    flag set, so safe_get_full_optimizer_state would find no state; ZeRO-3 reads the state directly."""
+    if hasattr(optimizer, "_lazy_init_hp_params_optimizer_state"):
+        optimizer._hp_optimizer_states_linked = False
+        optimizer._lazy_init_hp_params_optimizer_state()
 
 
 def _set_zero3_partition(param, value: torch.Tensor, key: Optional[str]) -> None:
