@@ -2,7 +2,7 @@
 and world size, on this machine's CPU, without the ranks that wrote it (DeepSpeed's zero_to_fp32, for every backend).
 
 It reads the checkpoint's portable copy (recipes/portable.py) one tensor at a time: the fp32 master weights only,
-never the optimizer's moments, written in safetensors files of about 2 GiB. Like the end-of-run export
+never the optimizer's moments, written in safetensors files of about 2 GiB (portable.ShardWriter). Like the end-of-run export
 (recipes/export.py) the folder is written under a temporary name, reloaded with from_pretrained and its logits
 checked against the checkpoint's weights on a fixed probe, then renamed into place; the probe's reference model
 is built from the portable copy (one model in memory, plus the reloaded one).
@@ -19,8 +19,6 @@ from pathlib import Path
 import torch
 
 from shardlab.core.errors import UserError
-
-SHARD_BYTES = 2 << 30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,36 +51,22 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write_and_verify(reader, hf_config: Path, final: Path, precision: str) -> tuple[int, float]:
-    from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     from shardlab.recipes.export import EXPORT_DTYPE, TOLERANCE, ExportError, _logits
+    from shardlab.recipes.portable import ShardWriter
     from shardlab.recipes.weights import tie
 
     dtype = EXPORT_DTYPE.get(precision, torch.float32)
     tmp = Path(tempfile.mkdtemp(prefix=".hf.tmp-", dir=final.parent))
     try:
-        weight_map: dict[str, str] = {}
-        pending: dict[str, torch.Tensor] = {}
-        total = 0
-
-        def flush() -> None:
-            if pending:
-                file = f"model-{len(set(weight_map.values())) + 1:05d}.safetensors"
-                save_file(pending, str(tmp / file), metadata={"format": "pt"})
-                weight_map.update({k: file for k in pending})
-                pending.clear()
-
+        writer = ShardWriter(tmp, "model")
         for name in reader.names:  # one tensor at a time; a tied lm_head is the embedding (named once)
-            t = reader.read("master", name).to(dtype).contiguous()
-            pending[name] = t
-            total += t.numel() * t.element_size()
-            if sum(v.numel() * v.element_size() for v in pending.values()) >= SHARD_BYTES:
-                flush()
-        flush()
+            writer.add(name, reader.read("master", name).to(dtype))
+        weight_map = writer.close()
         (tmp / "model.safetensors.index.json").write_text(json.dumps(
-            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+            {"metadata": {"total_size": writer.total}, "weight_map": weight_map}, indent=1))
         for f in hf_config.iterdir():
             shutil.copy(f, tmp / f.name)
         config = AutoConfig.from_pretrained(tmp)

@@ -32,33 +32,49 @@ HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenize
             "special_tokens_map.json", "tokenizer.model")
 
 
+class ShardWriter:
+    """Tensors into safetensors files of about SHARD_BYTES under a folder, as they come; `close()` returns the
+    key -> file map. What the portable copy and `recipe export` both write."""
+
+    def __init__(self, folder: Path, prefix: str) -> None:
+        self.folder, self.prefix = folder, prefix
+        self.weight_map: dict[str, str] = {}
+        self.total = 0
+        self._pending: dict[str, torch.Tensor] = {}
+
+    def add(self, key: str, tensor: torch.Tensor) -> None:
+        self._pending[key] = tensor.contiguous()
+        self.total += tensor.numel() * tensor.element_size()
+        if sum(t.numel() * t.element_size() for t in self._pending.values()) >= SHARD_BYTES:
+            self._flush()
+
+    def close(self) -> dict[str, str]:
+        self._flush()
+        return self.weight_map
+
+    def _flush(self) -> None:
+        from safetensors.torch import save_file
+
+        if self._pending:
+            file = f"{self.prefix}-{len(set(self.weight_map.values())) + 1:05d}.safetensors"
+            save_file(self._pending, str(self.folder / file), metadata={"format": "pt"})
+            self.weight_map.update({k: file for k in self._pending})
+            self._pending.clear()
+
+
 def write(folder: Path, strategy, model: torch.nn.Module, optimizer: Any, rank0: bool, model_folder: str) -> None:
     """Collective (every rank): the tensors and index.json under folder (rank 0 writes; folder exists there)."""
-    from safetensors.torch import save_file
-
     step = strategy.portable_step(optimizer)
     names: list[str] = []
-    weight_map: dict[str, str] = {}
-    pending: dict[str, torch.Tensor] = {}
-
-    def flush() -> None:
-        if pending:
-            file = f"state-{len(set(weight_map.values())) + 1:05d}.safetensors"
-            save_file(pending, str(folder / file))
-            weight_map.update({k: file for k in pending})
-            pending.clear()
-
+    writer = ShardWriter(folder, "state")
     for name, full in strategy.portable_state(model, optimizer):
-        if not rank0:
-            continue
-        names.append(name)
-        pending.update({f"{kind}/{name}": full[kind].contiguous() for kind in KINDS})
-        if sum(t.numel() * 4 for t in pending.values()) >= SHARD_BYTES:
-            flush()
+        if rank0:
+            names.append(name)
+            for kind in KINDS:
+                writer.add(f"{kind}/{name}", full[kind])
     if rank0:
-        flush()
         (folder / "index.json").write_text(json.dumps({"adam_step": step, "parameters": names,
-                                                       "weight_map": weight_map}, indent=1))
+                                                       "weight_map": writer.close()}, indent=1))
         (folder / "hf-config").mkdir()
         for f in HF_FILES:
             if (Path(model_folder) / f).exists():

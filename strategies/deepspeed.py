@@ -15,7 +15,8 @@ from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.precision import half
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
-from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero, process_group_backend
+from shardlab.strategies import deepspeed_portable
+from shardlab.strategies._common import adam_step, is_rank_zero, process_group_backend
 
 
 # The recipe's configure_gradient_clipping defers to the Strategy, which for DeepSpeed does nothing:
@@ -309,67 +310,15 @@ class ZeRO(Strategy):
                 state[name] = full.detach().to("cpu", torch.float32).clone()
         return state if is_rank_zero() else None
 
-    # Portable checkpoints. DeepSpeed's own universal checkpoint (ds_to_universal) stays inside DeepSpeed; these go
-    # through its public per-parameter API (deepspeed.utils.safe_get_full_*, collective), whatever the stage,
-    # offload and world size. `optimizer` is DeepSpeed's ZeRO optimizer; its `.optimizer` is the Adam that
-    # steps the flat fp32 partitions (torch's AdamW, or DeepSpeedCPUAdam under offload).
+    # Portable checkpoints (recipes/portable.py) through DeepSpeed's per-parameter API: deepspeed_portable.py.
     def portable_state(self, model, optimizer):
-        from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
-
-        _link_optimizer_state(optimizer)
-        for name, p in model.named_parameters():
-            full = {"master": safe_get_full_fp32_param(p), "exp_avg": safe_get_full_optimizer_state(p, "exp_avg"),
-                    "exp_avg_sq": safe_get_full_optimizer_state(p, "exp_avg_sq")}
-            yield name, ({k: v.detach().to("cpu", torch.float32).reshape(p.ds_shape if self.stage == 3 else p.shape)
-                          for k, v in full.items()} if is_rank_zero() else None)
+        return deepspeed_portable.state(model, optimizer, self.stage)
 
     def portable_step(self, optimizer) -> int:
         return adam_step(optimizer.optimizer)
 
     def load_portable(self, model, optimizer, read, step) -> None:
-        import deepspeed
-        from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
-
-        # DeepSpeed creates Adam's state at the first step; ZeRO-3 lists its flat fp32 partitions only inside it
-        ensure_adam_state(optimizer.optimizer, step, getattr(optimizer, "fp32_partitioned_groups_flat", None))
-        _link_optimizer_state(optimizer)
-        for name, p in model.named_parameters():
-            master = read("master", name)
-            if self.stage == 3:
-                for kind in ("master", "exp_avg", "exp_avg_sq"):
-                    _set_zero3_partition(p, master if kind == "master" else read(kind, name), None if kind == "master" else kind)
-                with deepspeed.zero.GatheredParameters([p], modifier_rank=0), torch.no_grad():
-                    if is_rank_zero():  # the 16-bit (or fp32) copy the module computes with, re-partitioned
-                        p.data.copy_(master)
-            else:
-                safe_set_full_fp32_param(p, master)
-                for kind in ("exp_avg", "exp_avg_sq"):
-                    safe_set_full_optimizer_state(p, read(kind, name), kind)
-                with torch.no_grad():
-                    p.data.copy_(master)
-        if dist.is_initialized():
-            dist.barrier()
-
-
-def _link_optimizer_state(optimizer) -> None:
-    """ZeRO-1/2: point each parameter's fragment mapping at the optimizer's current Adam state, as its step does
-    lazily once. A native resume (engine.load_checkpoint) rebuilds the mappings but leaves DeepSpeed's "linked"
-    flag set, so safe_get_full_optimizer_state would find no state; ZeRO-3 reads the state directly."""
-    if hasattr(optimizer, "_lazy_init_hp_params_optimizer_state"):
-        optimizer._hp_optimizer_states_linked = False
-        optimizer._lazy_init_hp_params_optimizer_state()
-
-
-def _set_zero3_partition(param, value: torch.Tensor, key: Optional[str]) -> None:
-    """This rank's part of a ZeRO-3 parameter's fp32 master (key None) or Adam state, from the full tensor.
-    DeepSpeed's set_full_hp_param narrows the full tensor at rank x partition size, past its end on the last
-    rank when the partition is padded; this copies only the elements the tensor has."""
-    opt = param._z3_optimizer
-    part, group = opt._get_fp32_opt_state_partition(param, release_swap_buffers=False, optim_state_key=key)
-    start = part.numel() * opt._get_param_partition_rank(param)
-    flat = value.flatten()[start:start + part.numel()]
-    part.data[:flat.numel()].copy_(flat)
-
+        deepspeed_portable.load(model, optimizer, read, step, self.stage)
 
 def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
     """Copy the folder's weights into ZeRO-3 partitioned parameters: rank 0 reads one tensor at a time,
