@@ -116,6 +116,9 @@ def main() -> None:
     ap.add_argument("--capacity-gib", type=float, default=132)
     ap.add_argument("--jobs", help="only these points: MODEL:PRESET:KERNELS:ac|noac:MICRO_BATCH, comma-separated")
     ap.add_argument("--skip", default="", help="points not to run (measured in an earlier call), same form")
+    ap.add_argument("--skip-from", nargs="*", default=[], help="memory.json files of earlier calls: skip their points "
+                    "(all but those stopped at their call's time budget, rc 124)")
+    ap.add_argument("--host-fraction", type=float, default=0.8, help="of the host's memory, what the points may hold")
     ap.add_argument("--ready", default="", help="MODEL:PATH,...: take MODEL's points only once PATH exists (weights built elsewhere)")
     ap.add_argument("--snapshot", default="", help="points that also dump and name the allocator's live tensors at the peak")
     a = ap.parse_args()
@@ -123,13 +126,18 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     snapshots = set(parse(a.snapshot))
     jobs = parse(a.jobs) if a.jobs else grid()
-    jobs = list(snapshots) + [j for j in jobs if j not in snapshots and j not in set(parse(a.skip))]
+    done = {tag(j) for j in parse(a.skip)}
+    for f in a.skip_from:
+        if os.path.exists(f):
+            done |= {f"{r['model']}-{r['preset']}-{r['kernels']}-{'ac' if r['activation_checkpointing'] else 'noac'}"
+                     f"-mb{r['micro_batch_size']}" for r in json.loads(Path(f).read_text())["rows"] if r["rc"] != 124}
+    jobs = list(snapshots) + [j for j in jobs if j not in snapshots and tag(j) not in done]
     estimates = {j: estimate_bytes(j) for j in jobs}
     need = {j: int(estimates[j][0] * 1.25) + 2 * GiB for j in jobs}
     # host memory: the CPU estimate of each point (+ loading), kept under 80% of the host's (two 3B offload points
     # side by side were killed by the kernel on the 125 GiB H200 host)
     host = {j: int(estimates[j][1] * 1.1) + 4 * GiB for j in jobs}
-    host_total = int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    host_total = int(a.host_fraction * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     too_big = [j for j in jobs if need[j] > a.capacity_gib * GiB * 1.3]  # beyond even the estimate's known slack
     jobs = [j for j in jobs if j not in too_big]
     rows: list[dict] = []

@@ -20,7 +20,7 @@ Lightning strategies (stock unless said):
   decoder layer, then the root, in `configure_model`; clipping by `gradient_clip_val`.
 - zero2 / zero3: stock `DeepSpeedStrategy` refuses CPU processes (`setup_environment`: "only supported on
   CUDA GPUs"; it also validates CUDA device indices and hands DeepSpeed `device_rank=None`), so this
-  baseline uses shardlab's `_LightningDeepSpeed` (strategies/deepspeed.py), which only removes those
+  baseline uses shardlab's `_LightningDeepSpeed` (strategies/deepspeed_lightning.py), which only removes those
   three CPU obstacles and passes `scale_wrt_gas=False` (a no-op without gradient accumulation), with a
   plain DeepSpeed config: `{"zero_optimization": {"stage": 2|3}, "train_micro_batch_size_per_gpu": M,
   "zero_allow_untested_optimizer": true}`; Lightning fills `gradient_clipping` from `gradient_clip_val`.
@@ -166,7 +166,7 @@ def lightning_strategy(name: str, micro_batch_size: int):
         return DDPStrategy(process_group_backend="gloo")
     if name == "fsdp":
         return ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
-    from shardlab.strategies.deepspeed import _LightningDeepSpeed
+    from shardlab.strategies.deepspeed_lightning import _LightningDeepSpeed
 
     stage = int(name[-1])
     config = {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": micro_batch_size,

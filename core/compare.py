@@ -4,6 +4,7 @@ Pure functions over plans and summaries; `recipes/compare.py` runs the processes
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -78,10 +79,15 @@ class LossParity:
     max_rel_loss_diff: float
     first_divergent_step: Optional[int]  # 1-based optimizer step
     first_divergent_strategy: Optional[str]
+    identical_to_reference: list[str] = field(default_factory=list)  # as many steps, every loss equal bit for bit
 
     @property
     def parity(self) -> bool:
         return self.first_divergent_step is None
+
+    def identical(self, name: str) -> bool:
+        """Every step's loss equal to the reference's, bit for bit."""
+        return name in self.identical_to_reference
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "parity": self.parity}
@@ -95,6 +101,7 @@ def loss_parity(losses: dict[str, list[float]], precision: str) -> LossParity:
     abs_d: dict[str, list[float]] = {}
     rel_d: dict[str, list[float]] = {}
     first: tuple[Optional[int], Optional[str]] = (None, None)
+    identical = []
     for name in names[1:]:
         n = min(len(ref), len(losses[name]))
         abs_d[name] = [abs(losses[name][i] - ref[i]) for i in range(n)]
@@ -104,6 +111,78 @@ def loss_parity(losses: dict[str, list[float]], precision: str) -> LossParity:
             bad = min(bad or n + 1, n + 1)
         if bad is not None and (first[0] is None or bad < first[0]):
             first = (bad, name)
+        if losses[name] == ref:
+            identical.append(name)
     flat_abs = [x for v in abs_d.values() for x in v] or [0.0]
     flat_rel = [x for v in rel_d.values() for x in v] or [0.0]
-    return LossParity(tol, abs_d, rel_d, max(flat_abs), max(flat_rel), first[0], first[1])
+    return LossParity(tol, abs_d, rel_d, max(flat_abs), max(flat_rel), first[0], first[1], identical)
+
+
+def verdict(parity: LossParity, reference: str, others: list[str], suspects: list[str]) -> str:
+    """The report's first line: parity or where it diverged; "identical" where the losses are equal bit for bit."""
+    if not parity.parity:
+        return (f"DIVERGED: {parity.first_divergent_strategy} leaves {reference} at step {parity.first_divergent_step} "
+                f"(tolerance {parity.tolerance:g} relative, max {parity.max_rel_loss_diff:.2e}); "
+                f"suspects: {'; '.join(suspects) or 'none found in the audit'}")
+    same = [n for n in others if parity.identical(n)]
+    if same == others:
+        return f"PARITY: {', '.join(others)} identical to {reference} at every step (difference exactly 0)"
+    close = [n for n in others if n not in same]
+    text = (f"PARITY: every step's loss within {parity.tolerance:g} relative of {reference} "
+            f"(max {parity.max_rel_loss_diff:.2e}) for {', '.join(close)}")
+    return text + (f"; {', '.join(same)} identical to {reference} at every step" if same else "")
+
+
+# Throughput. Step times after warm-up (the first min(5, steps / 2) steps: compilation, allocator and
+# communicator set-up; as recipes/metrics.py's median). A ranking needs enough steps and steady ones: the
+# issue-22 CPU compare ranked from 3 measured steps whose times spread 35-49%, i.e. noise.
+MIN_MEASURED_STEPS = 10
+MAX_STEP_SPREAD = 0.25  # (p90 - p10) / median of the measured step times
+WARMUP_STEPS = 5
+
+
+@dataclass
+class StepTimes:
+    measured: int  # steps after warm-up
+    min_s: float
+    median_s: float
+    max_s: float
+    spread: float  # (p90 - p10) / median: 0 is perfectly steady
+
+
+def step_times(step_s: list[float]) -> StepTimes:
+    times = sorted(step_s[min(WARMUP_STEPS, len(step_s) // 2):])
+    q = lambda f: times[min(len(times) - 1, int(f * len(times)))]  # noqa: E731
+    median = statistics.median(times)
+    return StepTimes(len(times), times[0], median, times[-1], (q(0.9) - q(0.1)) / median)
+
+
+@dataclass
+class Throughput:
+    ranked: bool
+    order: list[str]  # fastest first; empty when not ranked
+    note: str
+
+
+def throughput(times: dict[str, StepTimes], tokens_per_s: dict[str, float]) -> Throughput:
+    """A ranking by median tokens/s, or why there is none: too few measured steps, or too unsteady."""
+    few = {n: t.measured for n, t in times.items() if t.measured < MIN_MEASURED_STEPS}
+    if few:
+        worst = min(few, key=few.get)
+        return Throughput(False, [], f"not ranked: {worst} has {few[worst]} measured step(s) after warm-up, fewer than "
+                                     f"{MIN_MEASURED_STEPS}; run --max-steps {MIN_MEASURED_STEPS + WARMUP_STEPS} or "
+                                     f"more to rank throughput")
+    wide = {n: t.spread for n, t in times.items() if t.spread > MAX_STEP_SPREAD}
+    if wide:
+        worst = max(wide, key=wide.get)
+        return Throughput(False, [], f"not ranked: {worst}'s step times spread {wide[worst]:.0%} (p90 - p10 over the "
+                                     f"median), above {MAX_STEP_SPREAD:.0%}: the machine was not steady; rerun on an "
+                                     f"idle machine")
+    order = sorted(times, key=lambda n: -tokens_per_s[n])
+    parts = []
+    for fast, slow in zip(order, order[1:]):
+        ratio = tokens_per_s[fast] / tokens_per_s[slow]
+        noise = max(times[fast].spread, times[slow].spread)
+        within = f" (within the step-time spread, {noise:.0%})" if ratio - 1 <= noise else ""
+        parts.append(f"{fast} {ratio:.2f}x {slow}{within}")
+    return Throughput(True, order, "ranked by median tokens/s: " + ", ".join(parts))

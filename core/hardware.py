@@ -52,13 +52,23 @@ def _cpu_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def _torch_cuda():
+    import torch
+
+    return torch.cuda
+
+
+def _local_gpus() -> int:
+    return _torch_cuda().device_count()
+
+
 def probe(accelerator: str = "auto", num_nodes: int = 1, gpus: Optional[int] = None,
           gpu_memory_gib: Optional[float] = None, cpu_memory_gib: Optional[float] = None) -> Hardware:
     """The hardware here, with any of GPU count, GPU memory, nodes and CPU memory overridden."""
-    import torch
-
     # Ranges (memory > 0 and plausible, gpus >= 0, nodes >= 1) are RunConfig's field bounds: checked there.
-    local = torch.cuda.device_count()
+    # GPUs here are counted (torch, seconds to import) only when the answer depends on them: a plan for GPUs
+    # given with their memory, or a CPU run, never imports torch.
+    local = _local_gpus() if accelerator != "cpu" and (gpus is None or gpu_memory_gib is None) else 0
     count = local if gpus is None else gpus
     if accelerator == "gpu" and count == 0:
         raise UserError("--accelerator gpu: no GPUs (0 visible and none given with --gpus); "
@@ -67,8 +77,8 @@ def probe(accelerator: str = "auto", num_nodes: int = 1, gpus: Optional[int] = N
     if kind == "gpu" and gpu_memory_gib is None and local == 0:
         raise UserError("--gpus: no GPU here to measure; give --gpu-memory-gib too")
     gpu_mem = int(gpu_memory_gib * GiB) if gpu_memory_gib is not None else (
-        torch.cuda.get_device_properties(0).total_memory if local else 0)
-    bf16 = (torch.cuda.is_bf16_supported() if local and gpus is None else True) if kind == "gpu" else False
+        _torch_cuda().get_device_properties(0).total_memory if local else 0)
+    bf16 = (_torch_cuda().is_bf16_supported() if local and gpus is None else True) if kind == "gpu" else False
     return Hardware(accelerator=kind, gpus_per_node=count if kind == "gpu" else 0, gpu_memory_bytes=gpu_mem, bf16=bf16,
                     num_nodes=num_nodes,
                     cpu_memory_bytes=int(cpu_memory_gib * GiB) if cpu_memory_gib is not None else _cpu_memory(),

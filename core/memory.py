@@ -1,8 +1,9 @@
 """Per-rank memory estimate for a Llama training step under any registered strategy.
 
-Parameter counts come from the model config on the meta device (accelerate's init_empty_weights), so a
-70B config plans on a laptop. Model states come from each strategy (`Strategy.model_state_bytes`, each
-backend's formula beside its adapter in strategies/); activations, logits and the fixed overhead are shared here.
+Parameter counts come from the model config's sizes, module by module as transformers' LlamaForCausalLM builds
+them (nothing is built, nor torch imported), so a 405B config plans on a laptop in milliseconds. Model states come
+from each strategy (`Strategy.model_state_bytes`, each backend's formula beside its adapter in strategies/);
+activations, logits and the fixed overhead are shared here.
 """
 from __future__ import annotations
 
@@ -85,6 +86,10 @@ class ModelStates:
     gradient_buckets: int = 0
     """GPU buffers that fill only while decoder layers' gradients are reduced (after the loss's backward):
     they meet a recomputed layer, not the loss's peak."""
+    after_loss: int = 0
+    """Part of `gpu` made only once backward has passed the loss (the output matrix's gradient, a decoder layer's
+    gradient in flight): not yet live while torch's loss holds its logits (Liger's fused loss makes the output
+    matrix's gradient inside forward, so under Liger it is counted with the loss)."""
     forward_only: int = 0
     """GPU bytes held only through forward (autocast's cache of 16-bit weights, freed when forward ends)."""
     fixed_overhead: Optional[int] = None
@@ -98,35 +103,33 @@ class Estimate:
     parts: dict[str, int] = field(default_factory=dict)
 
 
+# What the count reads of a Llama config (a transformers LlamaConfig's attributes, or the same keys of a dict).
+LLAMA_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "head_dim", "vocab_size", "tie_word_embeddings", "attention_bias", "mlp_bias")
+
+
 def shape_of(config) -> Shape:
-    """Counts unique parameters of a transformers Llama config on the meta device: nothing is allocated."""
-    return _shape_of(config.to_json_string())
+    """Unique parameters of a Llama model from its config: a transformers LlamaConfig, or a dict of LLAMA_FIELDS with
+    LlamaConfig's defaults filled (recipes/model.py llama_fields, read without importing transformers)."""
+    return _shape_of(*(config[k] if isinstance(config, dict) else getattr(config, k) for k in LLAMA_FIELDS))
 
 
 @lru_cache(maxsize=32)
-def _shape_of(config_json: str) -> Shape:
-    import json
-
-    from accelerate import init_empty_weights
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    try:  # transformers >= 5
-        from transformers.initialization import no_init_weights
-    except ImportError:
-        from transformers.modeling_utils import no_init_weights
-
-    config = LlamaConfig(**json.loads(config_json))
-    with init_empty_weights(), no_init_weights():  # no random init of meta tensors: 5x faster
-        model = LlamaForCausalLM(config)
-    model.tie_weights()  # transformers 5 leaves a model built under init_empty_weights untied
-    params = sum(p.numel() for p in model.parameters())  # unique: parameters() yields a shared matrix once
-    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    layer = sum(p.numel() for p in model.model.layers[0].parameters())
-    return Shape(params=params, largest_layer_params=largest, decoder_layer_params=layer,
-                 hidden=config.hidden_size, layers=config.num_hidden_layers, heads=config.num_attention_heads,
-                 kv_heads=config.num_key_value_heads, intermediate=config.intermediate_size, vocab=config.vocab_size,
-                 tied=model.lm_head.weight is model.model.embed_tokens.weight,
-                 head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+def _shape_of(h: int, i: int, layers: int, heads: int, kv_heads: int, head_dim: int, vocab: int, tied: bool,
+              attention_bias: bool, mlp_bias: bool) -> Shape:
+    """Module by module as LlamaForCausalLM holds them (checked equal to counting a model built on the meta device,
+    for every shipped shape and the bias and tying variants, in tests/recipes/test_startup.py): per decoder layer
+    q, k, v and o projections (biases under attention_bias), gate, up and down (biases under mlp_bias), two RMSNorms;
+    then the embeddings, lm_head (the same matrix, counted once, when tied) and the final norm."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    q_proj, kv_proj = h * q + (q if attention_bias else 0), h * kv + (kv if attention_bias else 0)
+    o_proj = q * h + (h if attention_bias else 0)
+    gate_up, down = h * i + (i if mlp_bias else 0), i * h + (h if mlp_bias else 0)
+    layer = q_proj + 2 * kv_proj + o_proj + 2 * gate_up + down + 2 * h
+    return Shape(params=layers * layer + (1 if tied else 2) * vocab * h + h,
+                 largest_layer_params=max(vocab * h, q_proj, kv_proj, o_proj, gate_up, down),  # held by one module
+                 decoder_layer_params=layer, hidden=h, layers=layers, heads=heads, kv_heads=kv_heads, intermediate=i,
+                 vocab=vocab, tied=bool(tied), head_dim=head_dim)
 
 
 def layer_activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -> int:
@@ -206,8 +209,10 @@ def estimate(states: Optional[ModelStates], s: Shape, w: Workload) -> Optional[E
     act = activation_bytes(s, w, states.fp32_residual)
     logits = logits_bytes(s, w, 4 if states.fp32_residual else None)
     recompute = recompute_bytes(s, w, states.fp32_residual)
-    forward = states.gpu - states.step_only + states.forward_only + act + logits
-    backward = states.gpu - states.step_only + act + max(logits, recompute + states.gradient_buckets)
+    at_loss = states.gpu - states.step_only - (states.after_loss if w.kernels == "torch" else 0)
+    forward = at_loss + states.forward_only + act + logits
+    backward = states.gpu - states.step_only + act + max(logits - (states.after_loss if w.kernels == "torch" else 0),
+                                                         recompute + states.gradient_buckets)
     overhead = FIXED_OVERHEAD_BYTES if states.fixed_overhead is None else states.fixed_overhead
     parts = {"model_states": states.gpu, "runtime_buffers": states.runtime_buffers, "activations": act,
              "logits": logits, "recompute": recompute, "fixed_overhead": overhead,

@@ -9,13 +9,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Optional
 
-import torch
 from pydantic import BaseModel, ConfigDict
 
 from shardlab.core.precision import dtype_name  # noqa: F401  (adapters and plug-ins import it from here)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and Lightning load when a run needs them: `recipe plan` and `strategies` never import them
     import lightning.pytorch as pl
+    import torch
 
     from shardlab.core.memory import Estimate, ModelStates, Shape, Workload
 
@@ -177,6 +177,7 @@ class Strategy(ABC):
         """
         kwargs: dict[str, Any] = {"gradient_clip_val": ctx.grad_clip or None}
         if ctx.precision == "16-mixed":
+            import torch
             from lightning.pytorch.plugins import MixedPrecision
 
             scaler = torch.amp.GradScaler("cuda", **grad_scaler_kwargs(ctx))
@@ -189,6 +190,8 @@ class Strategy(ABC):
 
     def optimizer(self, params: Iterable[torch.nn.Parameter], spec: OptimizerSpec, ctx: RunContext) -> torch.optim.Optimizer:
         """The optimizer this backend steps with."""
+        import torch
+
         # Fused AdamW on GPUs; not under 16-mixed, where GradScaler must unscale before clipping.
         fused = ctx.accelerator == "gpu" and ctx.precision != "16-mixed"
         return torch.optim.AdamW(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
@@ -200,6 +203,8 @@ class Strategy(ABC):
         The default fits DDP and FSDP2 (DTensor gradients make the norm global); backends that clip
         inside their own step (DeepSpeed) make it a no-op.
         """
+        import torch
+
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
     def model_state_bytes(self, shape: "Shape", work: "Workload") -> Optional["ModelStates"]:

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import time
 import zipfile
 import zlib
 from pathlib import Path
@@ -275,21 +276,26 @@ class PeriodicCheckpoint(pl.Callback):
             self._train_state_to = tmp / "portable"
             if trainer.global_rank == 0:
                 self._train_state_to.mkdir()
+        t0 = time.perf_counter()
         try:
-            trainer.save_checkpoint(tmp / "state")  # collective: each backend writes its own form
+            trainer.save_checkpoint(tmp / "state", weights_only=False)  # collective: each backend writes its own form
         finally:
             self._train_state_to = None
+        seconds = {"native_s": round(time.perf_counter() - t0, 2)}
         if self.portable:  # collective: one parameter at a time
             from shardlab.recipes import portable
+
+            t0 = time.perf_counter()
 
             module = trainer.lightning_module
             portable.write(tmp / "portable", module.strategy, module.model, trainer.optimizers[0],
                            trainer.global_rank == 0, self.model_folder)
+            seconds["portable_s"] = round(time.perf_counter() - t0, 2)
         torch.save(_rng_states(), tmp / f"rng-rank{trainer.global_rank}.pt")
         strategy.barrier("shardlab-ckpt-written")
         if trainer.global_rank == 0:
             # last, with the manifest of everything the ranks wrote: no meta.json, no checkpoint
-            meta = {**self.identity, "step": step, "files": manifest(tmp)}
+            meta = {**self.identity, "step": step, "write_seconds": seconds, "files": manifest(tmp)}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
             if final.exists():
                 shutil.rmtree(final)

@@ -1,7 +1,9 @@
 """The `recipe` command: a name -> subcommand table; bad input is one line on stderr and exit code 2.
 
 Each subcommand lives in its own module of shardlab.recipes, with `add_arguments(parser)` and
-`main(args) -> exit code`; modules are imported only when their command runs (torch imports are slow).
+`main(args) -> exit code`; modules are imported only when their command runs (torch imports take seconds).
+A command whose module imports torch at its top (`run`) takes its flags from the typed config (recipes/flags.py),
+checked before that module is imported: --help and a bad flag answer at once.
 Ctrl-C is one line too, exit code 130 (128 + SIGINT).
 """
 from __future__ import annotations
@@ -25,6 +27,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("list the shipped model shapes with their parameter counts", "models_cmd"),
     "doctor": ("versions, which strategies run here, DeepSpeed ops, known-bad version combinations", "doctor"),
 }
+# Commands whose flags are exactly the run config's: built by recipes/flags.py and validated before the command's
+# module (and torch, Lightning, transformers with it) is imported.
+RUN_CONFIG_FLAGS = ("run",)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,10 +49,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         wanted = next((a for a in argv if not a.startswith("-")), None)
         for name, (help_, _) in COMMANDS.items():
             p = sub.add_parser(name, help=help_, description=help_)
-            if name == wanted:  # only the chosen command's module is imported to build its flags
+            if name == wanted and name in RUN_CONFIG_FLAGS:
+                from shardlab.recipes import flags
+
+                flags.add_run_arguments(p)
+            elif name == wanted:  # only the chosen command's module is imported to build its flags
                 _module(name).add_arguments(p)
         args = parser.parse_args(argv)
         args.argv = list(argv)  # what `recipe run` hands to the rank processes it starts
+        if args.command in RUN_CONFIG_FLAGS:
+            from shardlab.recipes import flags
+
+            flags.run_config(args)  # every bad flag reported before the slow import; the command reads them again
         return _module(args.command).main(args)
     except (UserError, RunFailed) as e:
         print(f"recipe: error: {e}", file=sys.stderr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from shardlab.core.config import RunConfig, load_config
 from shardlab.core.errors import RunFailed, UserError
 from shardlab.core.resolved import ResolvedRun, write_json_atomic
 from shardlab.recipes.resolve import resolve_run
-from shardlab.recipes.run import add_run_arguments, prepare
+from shardlab.recipes.flags import add_run_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +62,8 @@ def main(args: argparse.Namespace) -> int:
 
     # 1. Validate every run and audit its dtypes before any process starts.
     prepared = _plans(base, names)
+    from shardlab.recipes.run import prepare  # torch: after the flags and the plans are checked
+
     prepare(base)  # data, weights folder and resume checks once, before any process starts
     precision = prepared[names[0]].config.precision
     plans = _audit(prepared)
@@ -96,13 +97,11 @@ def main(args: argparse.Namespace) -> int:
         cfg_file = out / "runs" / f"{name}.yaml"
         cfg_file.parent.mkdir(parents=True, exist_ok=True)
         cfg_file.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-        print(f"compare: [{i}/{len(names)}] {name} ...", flush=True)
-        with open(out / "runs" / f"{name}.log", "w") as log:
-            rc = subprocess.call([sys.executable, "-m", "shardlab.recipes.cli", "run", "--config", str(cfg_file)],
-                                 stdout=log, stderr=subprocess.STDOUT)
+        log_file = out / "runs" / f"{name}.log"
+        rc = _run_one(f"compare: [{i}/{len(names)}] {name}", cfg_file, log_file)
         if rc != 0:
-            tail = (out / "runs" / f"{name}.log").read_text().strip().splitlines()[-1:]
-            raise RunFailed(f"compare: the {name} run failed (exit {rc}): {' '.join(tail)}; log in {out / 'runs' / (name + '.log')}")
+            tail = log_file.read_text().strip().splitlines()[-1:]
+            raise RunFailed(f"compare: the {name} run failed (exit {rc}): {' '.join(tail)}; log in {log_file}")
         summaries[name] = json.loads((out / "runs" / name / "summary.json").read_text())
 
     # 3. Parity, performance, exports, suspects; then the report.
@@ -110,32 +109,37 @@ def main(args: argparse.Namespace) -> int:
     suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()})
     metrics = _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out)
     write_json_atomic(out / "metrics.json", metrics)
-    _plots(names, summaries, parity, out)
+    _plots(names, summaries, parity, metrics, out)
     from shardlab.recipes.compare_report import write_report
 
     write_report(out / "report.md", metrics)
     print(f"compare: {metrics['verdict']}")
+    print(f"compare: throughput {metrics['throughput']['note']}")
     print(f"compare: report {out / 'report.md'}")
     return 0
 
 
-def _spread(step_s: list[float]) -> float:
-    """(p90 - p10) / median of the step times after warm-up: 0 is perfectly steady."""
-    times = sorted(step_s[min(5, len(step_s) // 2):])
-    q = lambda f: times[min(len(times) - 1, int(f * len(times)))]  # noqa: E731
-    return (q(0.9) - q(0.1)) / statistics.median(times)
+def _run_one(tag: str, cfg_file: Path, log_file: Path) -> int:
+    """`recipe run --config CFG_FILE` with its whole output in LOG_FILE; its progress lines shown, after TAG."""
+    from shardlab.recipes.progress import is_progress
+
+    print(f"{tag}: starting (log {log_file})", flush=True)
+    with open(log_file, "w") as log, subprocess.Popen(
+            [sys.executable, "-m", "shardlab.recipes.cli", "run", "--config", str(cfg_file)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            if is_progress(line):
+                print(f"{tag}: {line.strip().removeprefix('shardlab: ')}", flush=True)
+    return proc.returncode
 
 
 def _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out) -> dict[str, Any]:
     ref = names[0]
     weight_diff = {n: _weights_diff(summaries[ref]["hf_export"], summaries[n]["hf_export"]) for n in names[1:]}
-    if parity.parity:
-        verdict = (f"PARITY: every step's loss within {parity.tolerance:g} relative of {ref} "
-                   f"(max {parity.max_rel_loss_diff:.2e}) for {', '.join(names[1:])}")
-    else:
-        verdict = (f"DIVERGED: {parity.first_divergent_strategy} leaves {ref} at step {parity.first_divergent_step} "
-                   f"(tolerance {parity.tolerance:g} relative, max {parity.max_rel_loss_diff:.2e}); "
-                   f"suspects: {'; '.join(suspects) or 'none found in the audit'}")
+    verdict = cmp.verdict(parity, ref, names[1:], suspects)
+    times = {n: cmp.step_times(s["step_s"]) for n, s in summaries.items()}
+    speed = cmp.throughput(times, {n: s["tokens_per_s"] for n, s in summaries.items()})
     command = "recipe compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "recipe compare"
     return {
         "verdict": verdict, "parity": parity.parity, "max_rel_loss_diff": parity.max_rel_loss_diff,
@@ -144,8 +148,10 @@ def _metrics(names, summaries, parity, plans, alignment, before, suspects, args,
         "reference": ref, "precision": alignment.precision, "aligned": not args.no_align,
         "alignment_notes": alignment.notes, "mismatches_before_alignment": before, "suspects": suspects,
         "audit": {n: vars(p) for n, p in plans.items()},
+        "throughput": vars(speed),
         "strategies": {n: {
-            "tokens_per_s": s["tokens_per_s"], "step_time_spread": _spread(s["step_s"]),
+            "tokens_per_s": s["tokens_per_s"], "step_time_spread": times[n].spread, "step_time": vars(times[n]),
+            "identical_to_reference": parity.identical(n),
             "peak_memory_bytes": s["peak_memory_bytes"], "final_loss": s["losses"][-1], "losses": s["losses"],
             "abs_loss_diff": parity.abs_diff.get(n), "rel_loss_diff": parity.rel_diff.get(n),
             "max_abs_weight_diff": weight_diff.get(n, 0.0), "mfu": s.get("mfu"), "world_size": s["world_size"],
@@ -155,10 +161,13 @@ def _metrics(names, summaries, parity, plans, alignment, before, suspects, args,
     }
 
 
-def _plots(names, summaries, parity, out: Path) -> None:
+def _plots(names, summaries, parity, metrics, out: Path) -> None:
     from shardlab.recipes import plots
 
     plots.loss_curves({n: summaries[n]["losses"] for n in names}, out / "loss_curves.png")
-    plots.loss_diff(parity.abs_diff, names[0], out / "loss_diff.png")
-    plots.throughput_memory(names, [summaries[n]["tokens_per_s"] for n in names],
-                            [max(summaries[n]["peak_memory_bytes"]) / 2**30 for n in names], out / "throughput_memory.png")
+    plots.loss_diff(parity.rel_diff, names[0], parity.tolerance, out / "loss_diff.png")
+    speed = metrics["throughput"]
+    plots.throughput_memory(names, [metrics["strategies"][n]["tokens_per_s"] for n in names],
+                            [metrics["strategies"][n]["step_time"] for n in names],
+                            [max(summaries[n]["peak_memory_bytes"]) / 2**30 for n in names],
+                            None if speed["ranked"] else speed["note"], out / "throughput_memory.png")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from shardlab.core.compare import MAX_STEP_SPREAD, MIN_MEASURED_STEPS
 from shardlab.core.resolved import write_atomic
 
 
@@ -12,15 +13,23 @@ def write_report(path: Path, m: dict[str, Any]) -> None:
     lines = [f"# {' vs '.join(m['strategies'])}", "", f"**{m['verdict']}**", "",
              f"Precision {m['precision']}; tolerance {m['tolerance']:g} relative per step (see core/compare.py "
              f"for how it was set); {'aligned' if m['aligned'] else 'not aligned (--no-align)'}.", "",
-             "| strategy | tokens/s (median) | step-time spread | peak memory per rank (GiB) | final loss | "
-             f"max abs loss diff vs {ref} | max rel loss diff | max abs weight diff (hf/) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| strategy | tokens/s (median) | step time s, min / median / max (measured steps) | step-time spread | "
+             f"peak memory per rank (GiB) | final loss | max abs loss diff vs {ref} | max rel loss diff | "
+             "max abs weight diff (hf/) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, s in m["strategies"].items():
         peaks = ", ".join(f"{b / 2**30:.2f}" for b in s["peak_memory_bytes"])
+        t = s["step_time"]
         mad = max(s["abs_loss_diff"]) if s["abs_loss_diff"] else 0.0
         mrd = max(s["rel_loss_diff"]) if s["rel_loss_diff"] else 0.0
-        lines.append(f"| {name} | {s['tokens_per_s']:,.0f} | {s['step_time_spread']:.1%} | {peaks} | "
-                     f"{s['final_loss']:.5f} | {mad:.2e} | {mrd:.2e} | {s['max_abs_weight_diff']:.2e} |")
+        diffs = ("identical", "identical") if s.get("identical_to_reference") else (f"{mad:.2e}", f"{mrd:.2e}")
+        lines.append(f"| {name} | {s['tokens_per_s']:,.0f} | {t['min_s']:.3f} / {t['median_s']:.3f} / {t['max_s']:.3f} "
+                     f"({t['measured']}) | {s['step_time_spread']:.1%} | {peaks} | {s['final_loss']:.5f} | "
+                     f"{diffs[0] if name != ref else '-'} | {diffs[1] if name != ref else '-'} | "
+                     f"{s['max_abs_weight_diff']:.2e} |")
+    lines += ["", f"Throughput {m['throughput']['note']}. Spread: (p90 - p10) / median of the step times after "
+              f"warm-up; a ranking needs at least {MIN_MEASURED_STEPS} measured steps and a spread of at most "
+              f"{MAX_STEP_SPREAD:.0%} for every strategy."]
     others = [n for n in m["strategies"] if n != ref]
     lines += ["", f"## Loss per step, and its difference from {ref} (absolute / relative)", "",
               "| step | " + " | ".join(m["strategies"]) + " | " + " | ".join(f"{n} - {ref}" for n in others) + " |",
@@ -30,7 +39,8 @@ def write_report(path: Path, m: dict[str, Any]) -> None:
         row = [f"{s['losses'][i]:.6f}" if i < len(s["losses"]) else "-" for s in m["strategies"].values()]
         for o in others:
             s = m["strategies"][o]
-            row.append(f"{s['abs_loss_diff'][i]:.1e} / {s['rel_loss_diff'][i]:.1e}" if i < len(s["abs_loss_diff"]) else "-")
+            row.append("-" if i >= len(s["abs_loss_diff"]) else "identical" if s["abs_loss_diff"][i] == 0 else
+                       f"{s['abs_loss_diff'][i]:.1e} / {s['rel_loss_diff'][i]:.1e}")
         lines.append(f"| {i + 1} | " + " | ".join(row) + " |")
     lines += ["", "## Precision audit", "", "| strategy | compute | master weights | gradient reduction | optimizer states |",
               "|---|---|---|---|---|"]

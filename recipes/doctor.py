@@ -42,7 +42,7 @@ KNOWN_BAD: list[tuple[str, Callable[[dict], bool], str, str]] = [
      lambda v: bool(v["deepspeed"] and v["lightning"]) and Version(v["lightning"]) <= Version("2.6.6"),
      "worked around: shardlab's adapter calls backward(scale_wrt_gas=False)",
      "https://github.com/Lightning-AI/pytorch-lightning/issues/6170 (the loss scaled twice); shardlab's "
-     "strategies/deepspeed.py (_LightningDeepSpeed.backward) and tests/strategies/test_parity.py (accumulation with "
+     "strategies/deepspeed_lightning.py (_LightningDeepSpeed.backward) and tests/strategies/test_parity.py (accumulation with "
      "clipping; lightning 2.6.6, deepspeed 0.19.8)"),
     ("Gradient accumulation over an epoch that is not a whole number of optimizer steps: Lightning steps DDP/FSDP on "
      "the epoch's last batch with a partial accumulation, and under DeepSpeed carries those micro-batches into the "
@@ -55,7 +55,7 @@ KNOWN_BAD: list[tuple[str, Callable[[dict], bool], str, str]] = [
      lambda v: bool(v["deepspeed"] and v["lightning"]) and Version(v["lightning"]) <= Version("2.6.6"),
      "worked around: shardlab's _LightningDeepSpeed subclass",
      "https://github.com/Lightning-AI/pytorch-lightning/pull/12699 (the CUDA-only check, from "
-     "https://github.com/Lightning-AI/pytorch-lightning/issues/12607); shardlab's strategies/deepspeed.py "
+     "https://github.com/Lightning-AI/pytorch-lightning/issues/12607); shardlab's strategies/deepspeed_lightning.py "
      "(_LightningDeepSpeed)"),
     ("transformers 5 imported for the first time inside deepspeed.zero.Init fails (torch._dynamo signature mismatch)",
      lambda v: bool(v["deepspeed"] and v["transformers"]) and Version(v["transformers"]) >= Version("5"),

@@ -12,7 +12,7 @@ from shardlab.core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from shardlab.recipes.run import add_run_arguments
+    from shardlab.recipes.flags import add_run_arguments
 
     parser.add_argument("--format", required=True, choices=["deepspeed", "accelerate"],
                         help="deepspeed: a ds_config.json; accelerate: an `accelerate launch --config_file` YAML")

@@ -12,11 +12,12 @@ parameter only around its module's forward, and would hand Liger's patched forwa
 from __future__ import annotations
 
 import importlib.util
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from shardlab.core.errors import UserError
+
+if TYPE_CHECKING:  # `recipe plan` asks default() and check() without importing torch
+    import torch
 
 
 def default(accelerator: str, installed: Optional[bool] = None) -> str:

@@ -18,7 +18,7 @@ from shardlab.core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from shardlab.recipes.run import add_run_arguments
+    from shardlab.recipes.flags import add_run_arguments
 
     parser.add_argument("--print", dest="print_only", action="store_true",
                         help="print every node's command and a SLURM batch script, and exit (with --launcher slurm: the script alone)")

@@ -17,8 +17,6 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-import torch
-
 from shardlab.core.errors import UserError
 
 # Keys of a shipped file that are not LlamaConfig arguments.
@@ -84,6 +82,8 @@ def initial_folder(model: str, seed: int) -> Path:
     key = hashlib.sha256(json.dumps([spec, seed], sort_keys=True).encode()).hexdigest()[:12]
 
     def write(tmp: Path) -> None:
+        import torch
+
         torch.manual_seed(seed)
         built = LlamaForCausalLM(model_config(model))
         built.tie_weights()  # tied shapes share one matrix (and save it once)
@@ -100,6 +100,23 @@ def model_config(model: str):
     if model in SHIPPED:
         return LlamaConfig(**SHIPPED[model], bos_token_id=0, eos_token_id=1, pad_token_id=1)
     return LlamaConfig.from_dict(read_llama_config(model))
+
+
+# LlamaConfig's defaults for the sizes a config.json may leave out (tests/recipes/test_startup.py checks them against
+# transformers'): what llama_fields fills, as LlamaConfig would.
+LLAMA_DEFAULTS = {"num_key_value_heads": None, "head_dim": None, "max_position_embeddings": 2048,
+                  "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
+
+
+def llama_fields(model: str) -> dict:
+    """The model's config as plain values, without transformers (seconds to import): what `recipe plan` and the
+    memory estimate read (core/memory.py LLAMA_FIELDS, max_position_embeddings), filled as LlamaConfig fills them."""
+    fields = {**LLAMA_DEFAULTS, **(SHIPPED[model] if model in SHIPPED else read_llama_config(model))}
+    if fields["num_key_value_heads"] is None:  # multi-head attention: one KV head per query head
+        fields["num_key_value_heads"] = fields["num_attention_heads"]
+    if fields["head_dim"] is None:
+        fields["head_dim"] = fields["hidden_size"] // fields["num_attention_heads"]
+    return fields
 
 
 def read_llama_config(path: str) -> dict:

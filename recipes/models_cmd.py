@@ -1,11 +1,11 @@
-"""`recipe models`: the shipped model shapes, counted on the meta device, as a table or JSON."""
+"""`recipe models`: the shipped model shapes, counted from their configs (core/memory.py shape_of), as a table or JSON."""
 from __future__ import annotations
 
 import argparse
 import json
 
 from shardlab.core import memory
-from shardlab.recipes.model import ALIASES, SHIPPED, model_config
+from shardlab.recipes.model import ALIASES, SHIPPED, llama_fields
 
 COLUMNS = (("name", 16), ("params", 15), ("layers", 6), ("hidden", 6), ("heads", 5), ("kv heads", 8),
            ("vocab", 7), ("tied", 4), ("context", 7))
@@ -19,9 +19,9 @@ def rows() -> list[dict]:
     """Every shipped name: shapes by parameter count, then the older names (aliases)."""
     out = []
     for name in SHIPPED:
-        config = model_config(name)
+        config = llama_fields(name)
         s = memory.shape_of(config)
-        out.append({"name": name, "alias_of": ALIASES.get(name), **s.describe(), "context": config.max_position_embeddings})
+        out.append({"name": name, "alias_of": ALIASES.get(name), **s.describe(), "context": config["max_position_embeddings"]})
     return sorted(out, key=lambda r: (r["alias_of"] is not None, r["params"], r["name"]))
 
 

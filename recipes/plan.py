@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
-from shardlab.core.config import RunConfig, load_config
+from shardlab.core.config import RunConfig
 from shardlab.core.hardware import human_bytes
 from shardlab.core.resolved import ResolvedRun
 from shardlab.core.selector import Budget
+from shardlab.recipes.flags import add_run_arguments, run_config
 from shardlab.recipes.resolve import NothingFits, resolve_run
 
 
@@ -21,14 +23,22 @@ from shardlab.recipes.resolve import NothingFits, resolve_run
 MICRO_BATCH_MEASURED = "fsdp, one H200, llama-1b: 68,026 tokens/s at micro-batch 8, 73,680 at 16"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from shardlab.recipes.run import add_run_arguments
+# RunConfig fields only training reads (its data, checkpoints, export, metrics, seed, output folder, the launcher):
+# plan accepts them, so a `recipe run` command line plans as it is with `plan` in its place, and --help leaves them out.
+RUN_ONLY = ("data", "metrics", "checkpoint_every", "keep_checkpoints", "portable_checkpoints", "resume", "export",
+            "launcher", "node_rank", "master_addr", "master_port", "seed", "output")
 
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object: model, choice, reasons, strategies, resolved; "
                                                           "when nothing fits, choice null, closest and fixes (exit 2)")
     parser.add_argument("--show-config", action="store_true",
                         help="print the run's config with every default and `auto` resolved, as YAML")
-    add_run_arguments(parser)
+    add_run_arguments(parser, hidden=RUN_ONLY)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog's flags unbroken at their hyphens
+    parser.epilog = textwrap.fill(f"Also accepted, so that a `recipe run` command line plans as it is: the flags only "
+                                  f"training reads ({', '.join('--' + f.replace('_', '-') for f in RUN_ONLY)}; `recipe "
+                                  f"run --help` describes them).", width=78, break_on_hyphens=False)
 
 
 def plan(cfg: RunConfig) -> ResolvedRun:
@@ -63,10 +73,8 @@ def nothing_fits_json(e: NothingFits) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
-    cfg = load_config(getattr(args, "config", None), overrides)
     try:
-        run = plan(cfg)
+        run = plan(run_config(args))
     except NothingFits as e:  # exit 2 as any bad input, with the table that shows why
         print(json.dumps(nothing_fits_json(e), indent=2) if args.json else _nothing_fits_text(e))
         print(f"recipe: error: {e}", file=sys.stderr)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -125,6 +126,8 @@ class LoadPortable(pl.Callback):
         self.folder = folder
 
     def on_train_start(self, trainer: pl.Trainer, pl_module) -> None:
+        t0 = time.perf_counter()
         reader = Reader(self.folder)
         pl_module.strategy.load_portable(pl_module.model, trainer.optimizers[0], reader.read, reader.step)
+        self.seconds = round(time.perf_counter() - t0, 2)
 

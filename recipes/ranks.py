@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import uuid
+import warnings
 
 from shardlab.core.errors import RunFailed
 
@@ -32,6 +33,42 @@ class _QuietInterrupt(logging.Filter):
 
 
 _QUIET_INTERRUPT = _QuietInterrupt()
+
+
+class DropMessages(logging.Filter):
+    """Drops log records whose message starts with one of `prefixes`: what a library says that the user cannot act on."""
+
+    def __init__(self, *prefixes: str) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+# Lightning's info lines, by logger; each said by shardlab already or not actionable: the device probe ("GPU available:
+# False", shardlab's announce names the devices), the litlogger advert, the process group's set-up per rank, the
+# stop at max_steps (shardlab's last line).
+_RANK_ZERO = DropMessages("GPU available:", "TPU available:", "HPU available:", "💡 Tip: For seamless cloud logging",
+                          "`Trainer.fit` stopped: `max_steps=", "-" * 100 + "\ndistributed_backend=")
+_LIGHTNING_INFO = {"lightning.pytorch.utilities.rank_zero": _RANK_ZERO, "lightning.fabric.utilities.rank_zero": _RANK_ZERO,
+                   "lightning.fabric.utilities.distributed": DropMessages("Initializing distributed:"),
+                   "lightning.pytorch.accelerators.cuda": DropMessages("LOCAL_RANK:")}
+# Deprecations inside Lightning's own code (torch 2.13 deprecates what it calls): nothing a user can change.
+_LIBRARY_DEPRECATIONS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                         r"torch\.distributed\.nn\.functional\.all_gather is deprecated")
+
+
+def quiet_libraries() -> None:
+    """Silence, by message, the library output a user cannot act on; warnings they can act on stay. Backend-specific
+    messages are silenced by their adapter (strategies/deepspeed_console.py)."""
+    for name, drop in _LIGHTNING_INFO.items():
+        logging.getLogger(name).addFilter(drop)
+    for message in _LIBRARY_DEPRECATIONS:
+        warnings.filterwarnings("ignore", message=message)
+
+
+quiet_libraries()  # on import: run.main imports this module first thing, in every process of `recipe run`
 
 
 def run_ranks(nproc: int, argv: list[str]) -> None:

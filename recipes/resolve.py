@@ -14,7 +14,7 @@ from shardlab.core.config import RunConfig, same_value
 from shardlab.core.errors import UserError
 from shardlab.core.hardware import Hardware, probe
 from shardlab.core.resolved import ResolvedRun
-from shardlab.recipes.model import SHAPES, model_config
+from shardlab.recipes.model import SHAPES, llama_fields
 
 CPU_DEVICES = 2  # CPU processes when --devices is auto
 CPU_MICRO_BATCH = 4
@@ -100,8 +100,8 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     trace.note("resolve")
     # 1. The user's DeepSpeed file, then the model (its config only: nothing is built).
     cfg, decisions, warnings, file_choice = _from_deepspeed_file(cfg)
-    model_cfg = model_config(cfg.model)
-    shape, context = memory.shape_of(model_cfg), model_cfg.max_position_embeddings
+    model_cfg = llama_fields(cfg.model)
+    shape, context = memory.shape_of(model_cfg), model_cfg["max_position_embeddings"]
     # 2. The hardware, accelerator, processes per node and precision; what "fits" means there.
     hw = hardware(cfg, for_run, need_memory)
     devices = cfg.devices if isinstance(cfg.devices, int) else (hw.gpus_per_node if hw.accelerator == "gpu" else CPU_DEVICES)

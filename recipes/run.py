@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Optional
 
 import torch
 
@@ -25,35 +25,9 @@ from shardlab.recipes.weights import check_weights, model_source
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:
-    parser.add_argument("--config", help="YAML file with the same fields as the flags; flags override it")
-    for name, field in RunConfig.model_fields.items():
-        if name in exclude:
-            continue
-        flag = "--" + name.replace("_", "-")
-        help_ = f"{field.description} (default: {field.default})"
-        metavar = _metavar(field.annotation)
-        if name == "resume":  # `--resume` alone continues from the latest checkpoint
-            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, nargs="?", const="latest", help=help_)
-        elif field.annotation in (bool, Optional[bool]):
-            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, action=argparse.BooleanOptionalAction, help=help_)
-        else:
-            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=help_)
-
-
-def _metavar(annotation: Any) -> Optional[str]:
-    """A field's values for --help: `{optimizer,all}` for a Literal (None allowed or not), `N|auto` for an int or a
-    Literal; None (argparse's NAME) otherwise."""
-    args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) is Union else [annotation]
-    words = [str(v) for a in args if get_origin(a) is Literal for v in get_args(a)]
-    if not words:
-        return None
-    if all(get_origin(a) is Literal for a in args):
-        return "{" + ",".join(words) + "}"
-    return "|".join(["N" if int in args else "F" if float in args else "VALUE", *words])
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from shardlab.recipes.flags import add_run_arguments
+
     add_run_arguments(parser)
 
 
@@ -137,6 +111,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     from shardlab.recipes.export import HFExport
     from shardlab.recipes.metrics import StepRecorder
     from shardlab.recipes.module import LlamaModule
+    from shardlab.recipes.progress import StepProgress
 
     import transformers
     from transformers import AutoConfig
@@ -151,6 +126,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     recorder = StepRecorder()
     export = HFExport(str(p.folder), output, probe=p.blocks[:2], precision=ctx.precision) if cfg.export else None
     callbacks: list = [recorder]  # first: a checkpoint written at the same step carries that step's loss
+    callbacks.append(StepProgress(recorder))  # step N/max, loss, tokens/s, time left; instead of Lightning's bar
     if cfg.checkpoint_every:
         from shardlab.recipes.checkpoint import PeriodicCheckpoint, run_identity
 
@@ -172,7 +148,8 @@ def train(p: Prepared) -> dict[str, Any] | None:
         from shardlab.recipes import portable
 
         ckpt_path = portable.resume_from(lightning_strategy, p.resume / "portable")
-        callbacks.append(portable.LoadPortable(p.resume / "portable"))
+        loader = portable.LoadPortable(p.resume / "portable")
+        callbacks.append(loader)
     trainer = pl.Trainer(
         accelerator=ctx.accelerator, devices=ctx.devices, num_nodes=ctx.num_nodes,
         strategy=lightning_strategy, max_steps=cfg.max_steps,
@@ -199,6 +176,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
         "memory_estimate": p.run.estimate,
         "resumed_from": str(p.resume) if p.resume else None,
         "resumed_through": ("portable copy" if p.portable else "native state") if p.resume else None,
+        "portable_load_s": getattr(loader, "seconds", None) if p.portable else None,
         "auto": p.run.auto, "decisions": p.run.decisions,
         "config": cfg.model_dump(), "model_folder": str(p.folder), "model": p.run.model,
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",

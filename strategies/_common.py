@@ -1,12 +1,12 @@
 """Helpers the adapters share: process-group backend, rank-zero test, fp32 CPU copies of a state dict."""
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, Optional
 
 from shardlab.core.strategy import RunContext
+
+if TYPE_CHECKING:  # imported where used: the adapters' modules load without torch (`recipe plan`, `strategies`)
+    import torch
 
 
 def process_group_backend(ctx: RunContext) -> str:
@@ -14,10 +14,14 @@ def process_group_backend(ctx: RunContext) -> str:
 
 
 def is_rank_zero() -> bool:
+    import torch.distributed as dist
+
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
 def to_cpu_fp32(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    import torch
+
     return {k: v.detach().to("cpu", torch.float32).clone() for k, v in state.items()}
 
 
@@ -39,6 +43,8 @@ def ensure_adam_state(optimizer: torch.optim.Optimizer, step: int, params: Optio
 
     The step's form follows the optimizer's own lazy initialisation: torch's AdamW keeps a 0-dim float32
     tensor (on the parameter's device when fused or capturable), DeepSpeedCPUAdam a Python int."""
+    import torch
+
     as_int = type(optimizer).__name__ == "DeepSpeedCPUAdam"
     groups = optimizer.param_groups if params is None else [{**optimizer.param_groups[0], "params": params}]
     for group in groups:

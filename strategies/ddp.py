@@ -1,10 +1,7 @@
 """DDP: every rank holds the whole model; gradients are all-reduced."""
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
-from lightning.pytorch.strategies import DDPStrategy
+from typing import TYPE_CHECKING, Optional
 
 from shardlab.core import memory
 from shardlab.core.memory import ModelStates, Shape, Workload
@@ -13,6 +10,9 @@ from shardlab.core.errors import UserError
 from shardlab.core.strategy import Preset, Capabilities, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero, process_group_backend, to_cpu_fp32
 
+if TYPE_CHECKING:  # torch and Lightning load when a run builds the strategy, not when the registry lists it
+    import torch
+    from lightning.pytorch.strategies import DDPStrategy
 
 
 # Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
@@ -32,6 +32,8 @@ def ddp_states(n: int, w: Workload) -> ModelStates:
 
 class DDP(Strategy):
     def lightning_strategy(self, ctx: RunContext) -> DDPStrategy:
+        from lightning.pytorch.strategies import DDPStrategy
+
         return DDPStrategy(process_group_backend=process_group_backend(ctx))
 
     def check(self, ctx: RunContext) -> None:
@@ -70,6 +72,8 @@ class DDP(Strategy):
         return adam_step(optimizer)
 
     def load_portable(self, model, optimizer, read, step) -> None:
+        import torch
+
         ensure_adam_state(optimizer, step)
         with torch.no_grad():
             for name, p in model.named_parameters():

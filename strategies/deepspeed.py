@@ -1,22 +1,20 @@
 """DeepSpeed ZeRO-2 and ZeRO-3, with and without CPU offload, over Lightning's DeepSpeedStrategy."""
 from __future__ import annotations
 
-import argparse
 import warnings
-from typing import Any, Iterable, Optional
-
-import torch
-import torch.distributed as dist
-from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
-from lightning.fabric.utilities.seed import reset_seed
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from shardlab.core import memory
 from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.precision import half
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
-from shardlab.strategies import deepspeed_portable
+from shardlab.strategies import deepspeed_console  # silences DeepSpeed's messages a user cannot act on, on import
 from shardlab.strategies._common import adam_step, is_rank_zero, process_group_backend
+
+if TYPE_CHECKING:  # torch, Lightning and DeepSpeed load when a run builds the strategy, not when the registry lists it
+    import torch
+    from lightning.pytorch.strategies import DeepSpeedStrategy
 
 
 # The recipe's configure_gradient_clipping defers to the Strategy, which for DeepSpeed does nothing:
@@ -94,45 +92,6 @@ def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, off
     forward = fetched + int(16 * n / gpus)
     step_only = int(6 * n / gpus)
     return ModelStates(gpu=forward + step_only, cpu=int(largest * 4 * w.gpus_per_node * 1.5), step_only=step_only)
-
-
-class _LightningDeepSpeed(DeepSpeedStrategy):
-    """Lightning's DeepSpeedStrategy, also on CPU processes over gloo.
-
-    Stock Lightning refuses CPU in `setup_environment`, validates CUDA device indices in
-    `setup_distributed`, and passes `device_rank=root_device.index` (None on CPU) to DeepSpeed,
-    which then fails comparing None with an int. setup_environment, setup_distributed and
-    _setup_model_and_optimizer fix that; `backward` fixes a numerics bug on every device (see there).
-    """
-
-    def backward(self, closure_loss, optimizer, *args, **kwargs):  # type: ignore[override]
-        # Lightning already divides the loss by accumulate_grad_batches; DeepSpeed's engine.backward
-        # would divide it by gradient_accumulation_steps again. Harmless for Adam without clipping,
-        # but with clipping the curves leave DDP/FSDP's from the first clipped step. Scale once.
-        return super().backward(closure_loss, optimizer, *args, scale_wrt_gas=False, **kwargs)
-
-    def setup_environment(self) -> None:
-        DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
-
-    def setup_distributed(self) -> None:
-        reset_seed()  # as DeepSpeedStrategy does, minus the CUDA device-index validation
-        self.set_world_ranks()
-        self._init_deepspeed_distributed()
-
-    def _setup_model_and_optimizer(self, model, optimizer, lr_scheduler=None):  # type: ignore[override]
-        import deepspeed
-
-        device_rank = self.root_device.index if self.root_device.index is not None else self.local_rank
-        engine, ds_optimizer, _, _ = deepspeed.initialize(
-            args=argparse.Namespace(device_rank=device_rank),
-            config=self.config,
-            model=model,
-            model_parameters=filter(lambda p: p.requires_grad, model.parameters()),
-            optimizer=optimizer,
-            lr_scheduler=lr_scheduler,
-            dist_init_required=False,
-        )
-        return engine, ds_optimizer
 
 
 # ZeRO-3 without offload runs with the zero_optimization settings of Lightning's DeepSpeedStrategy
@@ -257,6 +216,8 @@ class ZeRO(Strategy):
         if ctx.native_config is not None:  # the user's file wins where it says something (checked in use_native_config)
             zero = {**config["zero_optimization"], **ctx.native_config.get("zero_optimization", {})}
             config = {**config, **ctx.native_config, "zero_optimization": zero}
+        from shardlab.strategies.deepspeed_lightning import _LightningDeepSpeed
+
         return _LightningDeepSpeed(config=config, process_group_backend=process_group_backend(ctx))
 
     def trainer_kwargs(self, ctx: RunContext) -> dict[str, Any]:
@@ -283,6 +244,7 @@ class ZeRO(Strategy):
             return super().optimizer(params, spec, ctx)
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # ZeRO-Offload refuses torch optimizers
 
+        deepspeed_console.announce_cpu_adam_build(is_rank_zero())  # the constructor compiles it on first use
         return DeepSpeedCPUAdam(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
                                 weight_decay=spec.weight_decay, adamw_mode=True)
 
@@ -301,6 +263,7 @@ class ZeRO(Strategy):
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         # The fp32 master copy (the optimizer's), not the 16-bit module weights: collective under ZeRO-3.
+        import torch
         from deepspeed.utils import safe_get_full_fp32_param
 
         state: dict[str, torch.Tensor] = {}
@@ -312,18 +275,23 @@ class ZeRO(Strategy):
 
     # Portable checkpoints (recipes/portable.py) through DeepSpeed's per-parameter API: deepspeed_portable.py.
     def portable_state(self, model, optimizer):
+        from shardlab.strategies import deepspeed_portable
+
         return deepspeed_portable.state(model, optimizer, self.stage)
 
     def portable_step(self, optimizer) -> int:
         return adam_step(optimizer.optimizer)
 
     def load_portable(self, model, optimizer, read, step) -> None:
+        from shardlab.strategies import deepspeed_portable
+
         deepspeed_portable.load(model, optimizer, read, step, self.stage)
 
 def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
     """Copy the folder's weights into ZeRO-3 partitioned parameters: rank 0 reads one tensor at a time,
     DeepSpeed scatters it. A tied embedding is one parameter here (named_parameters lists it once)."""
     import deepspeed
+    import torch.distributed as dist
 
     rank0 = is_rank_zero()
     for name, param in model.named_parameters():

@@ -6,18 +6,17 @@ FSDP2 runs on stock Lightning on CPU and GPU without subclassing, shards each pa
 """
 from __future__ import annotations
 
-from typing import Any, Optional
-
-import torch
-from lightning.pytorch.strategies import ModelParallelStrategy
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from typing import TYPE_CHECKING, Any, Optional
 
 from shardlab.core import memory
 from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero
+
+if TYPE_CHECKING:  # torch and Lightning load when a run builds the strategy, not when the registry lists it
+    import torch
+    from lightning.pytorch.strategies import ModelParallelStrategy
 
 
 # Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
@@ -39,7 +38,8 @@ def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
     root = s.params - s.layers * s.decoder_layer_params
     # the root gathered, and the output matrix's gradient, unsharded in 16-bit from the loss's backward until the
     # root's reduce-scatter at the end of backward (the tied 3B shape: +0.73 GiB, measured under fsdp_offload)
-    gathered = root * w.compute_bytes + s.vocab * s.hidden * w.compute_bytes
+    out_grad = s.vocab * s.hidden * w.compute_bytes
+    gathered = root * w.compute_bytes + out_grad
     load = w.gpus_per_node * 2 * 4 * -(-s.largest_layer_params // w.world_size)
     if offload:
         # GPU: the root, and the decoder layer in flight: gathered in 16-bit, its next one prefetched, its unsharded
@@ -47,24 +47,12 @@ def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
         # micro-batch 4 / 8 under Liger and 4.05 under torch (estimates 1.78 / 2.98 / 4.19).
         # CPU: the sharded states, x1.15 as measured on llama-1b (20.9 GiB RSS, 2 GiB of it the process itself).
         return ModelStates(gpu=gathered + 8 * s.decoder_layer_params, cpu=load + int(sharded * w.gpus_per_node * 1.15),
-                           fixed_overhead=0)
-    return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0)
+                           fixed_overhead=0, after_loss=out_grad + 8 * s.decoder_layer_params)
+    return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0, after_loss=out_grad)
 
 
-class _OffloadingModelParallel(ModelParallelStrategy):
-    """Lightning's ModelParallelStrategy moves the whole module to the GPU after `configure_model`;
-    with FSDP2's CPUOffloadPolicy the sharded parameters must stay on CPU (FSDP copies them in per
-    use), so only the buffers (rotary inv_freq) move."""
-
-    def model_to_device(self) -> None:
-        for module in self.model.modules():
-            for name, buf in module._buffers.items():
-                if buf is not None:
-                    module._buffers[name] = buf.to(self.root_device)
-
-
-_HALF = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_HALF = ("bf16-mixed", "16-mixed")
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # dtype names -> torch's
 
 
 class FSDP2(Strategy):
@@ -72,20 +60,27 @@ class FSDP2(Strategy):
         self.offload, self.reshard_after_forward = offload, reshard_after_forward
 
     def lightning_strategy(self, ctx: RunContext) -> ModelParallelStrategy:
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        from shardlab.strategies.fsdp_lightning import _OffloadingModelParallel
+
         cls = _OffloadingModelParallel if self.offload else ModelParallelStrategy
         return cls(data_parallel_size=ctx.world_size, tensor_parallel_size=1, save_distributed_checkpoint=True)
 
     def build_model(self, source: ModelSource, module, ctx: RunContext) -> torch.nn.Module:
         # Built on the meta device and sharded before any weight exists; each rank then reads only its own
         # rows of each tensor: at most one copy of the weights per node, never the whole model in one rank.
+        import torch
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
         model = source.build_empty(meta=True)
         mesh = module.device_mesh["data_parallel"]
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
         plan = self.precision_plan(ctx)
         if ctx.precision in _HALF or plan.grad_reduce != plan.master:
             # mixed: fp32 sharded master, parameters gathered in 16-bit; gradients reduced as the plan says
-            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_DTYPES[plan.compute],
-                                                       reduce_dtype=_DTYPES[plan.grad_reduce])
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, _DTYPES[plan.compute]),
+                                                       reduce_dtype=getattr(torch, _DTYPES[plan.grad_reduce]))
         if self.offload:
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=ctx.accelerator == "gpu")
         # Shard each decoder layer, then the root (embeddings, final norm, lm_head), as torchtitan does.
@@ -120,11 +115,16 @@ class FSDP2(Strategy):
         return fsdp_states(shape, work, offload=self.offload)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
+        import torch
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return {k: v.detach().to(torch.float32) for k, v in state.items()} if is_rank_zero() else None
 
     # Portable checkpoints: parameters and Adam's moments are DTensors sharded on dim 0 alike.
     def portable_state(self, model, optimizer):
+        import torch
+
         for name, p in model.named_parameters():
             state = optimizer.state[p]
             full = {k: _full_tensor(t) for k, t in (("master", p), ("exp_avg", state["exp_avg"]),
@@ -135,6 +135,8 @@ class FSDP2(Strategy):
         return adam_step(optimizer)
 
     def load_portable(self, model, optimizer, read, step) -> None:
+        import torch
+
         ensure_adam_state(optimizer, step)  # the moments: DTensors sharded as their parameter (zeros_like)
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -167,6 +169,8 @@ def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.devic
     FSDP2 shards every parameter on dim 0 in torch.chunk's way: rank r holds rows [r*c, r*c + local) with
     c = ceil(rows / world). Buffers (rotary frequencies) were built for real and survive to_empty.
     """
+    import torch
+
     buffers = {name: b.clone() for name, b in model.named_buffers()}
     model.to_empty(device=device)
     with torch.no_grad():

@@ -32,7 +32,8 @@ def recipe(cache_dir):
 
 @pytest.fixture(scope="session")
 def train(recipe, tmp_path_factory):
-    """train(strategy, *flags) -> summary dict of a finished run (cached per argument list)."""
+    """train(strategy, *flags) -> summary dict of a finished run (cached per argument list), with "output" (its folder)
+    and "log" (what it printed, stdout then stderr)."""
     done: dict[tuple, dict] = {}
 
     def run(strategy: str, *flags: str) -> dict:
@@ -42,7 +43,7 @@ def train(recipe, tmp_path_factory):
             proc = recipe("run", "--strategy", strategy, "--accelerator", "cpu", "--devices", "2",
                           "--output", out, *flags)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            done[key] = json.loads((out / "summary.json").read_text()) | {"output": str(out)}
+            done[key] = json.loads((out / "summary.json").read_text()) | {"output": str(out), "log": proc.stdout + proc.stderr}
         return done[key]
 
     return run

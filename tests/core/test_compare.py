@@ -42,3 +42,40 @@ def test_config_differences_ignore_strategy_and_output():
 
 def test_nothing_to_align_gives_no_notes():
     assert cmp.align("32-true", {"a": FP32, "b": FP32}).notes == []
+
+
+def test_verdict_says_identical_where_the_losses_are_equal_bit_for_bit():
+    p = cmp.loss_parity({"zero3": [5.0, 4.0], "fsdp": [5.0, 4.0], "ddp": [5.0, 4.00001]}, "32-true")
+    assert p.identical("fsdp") and not p.identical("ddp")
+    v = cmp.verdict(p, "zero3", ["fsdp", "ddp"], [])
+    assert v.startswith("PARITY: every step's loss within 1e-05") and "for ddp" in v and "fsdp identical to zero3" in v
+    only = cmp.loss_parity({"zero3": [5.0, 4.0], "fsdp": [5.0, 4.0]}, "32-true")
+    assert cmp.verdict(only, "zero3", ["fsdp"], []) == "PARITY: fsdp identical to zero3 at every step (difference exactly 0)"
+    short = cmp.loss_parity({"zero3": [5.0, 4.0], "fsdp": [5.0]}, "32-true")  # fewer steps: neither identical nor parity
+    assert not short.identical("fsdp") and cmp.verdict(short, "zero3", ["fsdp"], []).startswith("DIVERGED: fsdp")
+
+
+def test_step_times_leave_out_warm_up_and_measure_the_spread():
+    t = cmp.step_times([9.0] * 5 + [1.0, 1.0, 1.2, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    assert t.measured == 10 and (t.min_s, t.median_s, t.max_s) == (0.8, 1.0, 1.2)
+    assert abs(t.spread - 0.2) < 1e-9  # p10 1.0 (the 0.8 is below it), p90 1.2
+    assert cmp.step_times([3.0, 1.0, 1.1, 1.2, 1.3, 1.4]).measured == 3  # a short run: half its steps are warm-up
+
+
+def test_throughput_is_not_ranked_from_few_or_unsteady_steps():
+    steady = [1.0] * 5 + [1.0] * 12
+    few = cmp.throughput({"a": cmp.step_times(steady), "b": cmp.step_times([1.0] * 6)}, {"a": 100.0, "b": 200.0})
+    assert not few.ranked and few.order == []
+    assert few.note == ("not ranked: b has 3 measured step(s) after warm-up, fewer than 10; run --max-steps 15 or more "
+                        "to rank throughput")
+    noisy = cmp.step_times([1.0] * 5 + [1.0, 1.5] * 6)
+    wide = cmp.throughput({"a": cmp.step_times(steady), "b": noisy}, {"a": 100.0, "b": 200.0})
+    assert not wide.ranked and "b's step times spread 40%" in wide.note and "above 25%" in wide.note
+
+
+def test_throughput_ranks_steady_runs_and_says_when_a_lead_is_within_the_spread():
+    a = cmp.step_times([1.0] * 5 + [1.0, 1.1] * 6)  # 10% spread
+    b = cmp.step_times([1.0] * 17)
+    r = cmp.throughput({"a": a, "b": b, "c": b}, {"a": 100.0, "b": 150.0, "c": 105.0})
+    assert r.ranked and r.order == ["b", "c", "a"]
+    assert r.note == "ranked by median tokens/s: b 1.43x c, c 1.05x a (within the step-time spread, 10%)"

@@ -7,9 +7,12 @@ import math
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _compare(recipe, out, *flags):
+def _compare(recipe, out, *flags, stdout=None):
+    """-> metrics.json; what compare printed goes into the list `stdout`, when given."""
     proc = recipe("compare", "--accelerator", "cpu", "--devices", "2", "--max-steps", "5", "--output", out, *flags)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    if stdout is not None:
+        stdout.append(proc.stdout)
     return json.loads((out / "metrics.json").read_text())
 
 
@@ -28,10 +31,82 @@ def test_four_families_parity_and_report_files(four_families):
     import matplotlib.image
 
     assert matplotlib.image.imread(out / "loss_curves.png").shape[2] in (3, 4)
+    # 6 steps leave 3 measured ones after warm-up: the report marks the spread and refuses to rank throughput
+    assert m["throughput"]["ranked"] is False and "fewer than 10" in m["throughput"]["note"]
+    assert "Throughput not ranked: " in report and "min / median / max" in report
+    assert all(s["step_time"]["measured"] == 3 for s in m["strategies"].values())
+    # the runs' own output (runs/NAME.log): progress lines, none of the libraries' noise (issue 22 item 4)
+    for name in ("ddp", "zero3", "fsdp"):
+        log = (out / "runs" / f"{name}.log").read_text()
+        # accumulation 2: a line after the first and the last optimizer step (and every 5 s), once each (rank 0)
+        steps = [int(l.split()[2].split("/")[0]) for l in log.splitlines() if l.startswith("shardlab: step ")]
+        assert steps[0] == 1 and steps[-1] == 6 and steps == sorted(set(steps)), log[-3000:]
+        for noise in ("Epoch 0/", "FutureWarning", "litlogger", "Setting accelerator", "built successfully",
+                      "GPU available", "Initializing distributed", "initializing deepspeed", "is deprecated"):
+            assert noise not in log, (name, noise, log[-3000:])
+
+
+def _metrics(losses: dict, step_s: dict) -> dict:
+    """metrics.json as recipes/compare.py writes it, from per-step losses and step times (no process started)."""
+    from shardlab.core import compare as cmp
+
+    parity = cmp.loss_parity(losses, "32-true")
+    names = list(losses)
+    times = {n: cmp.step_times(step_s[n]) for n in names}
+    tokens = {n: 1000 / times[n].median_s for n in names}
+    return {"verdict": cmp.verdict(parity, names[0], names[1:], []), "reference": names[0], "precision": "32-true",
+            "tolerance": parity.tolerance, "aligned": True, "alignment_notes": ["nothing to align"],
+            "mismatches_before_alignment": [], "suspects": [], "command": "recipe compare",
+            "audit": {n: {"compute": "fp32", "master": "fp32", "grad_reduce": "fp32", "optimizer_states": "fp32"}
+                      for n in names},
+            "throughput": vars(cmp.throughput(times, tokens)),
+            "strategies": {n: {"tokens_per_s": tokens[n], "step_time_spread": times[n].spread,
+                               "step_time": vars(times[n]), "identical_to_reference": parity.identical(n),
+                               "peak_memory_bytes": [2**30], "final_loss": losses[n][-1], "losses": losses[n],
+                               "abs_loss_diff": parity.abs_diff.get(n), "rel_loss_diff": parity.rel_diff.get(n),
+                               "max_abs_weight_diff": 0.0} for n in names}}
+
+
+def test_report_says_identical_and_draws_the_tolerance(tmp_path):
+    from shardlab.recipes import plots
+    from shardlab.recipes.compare_report import write_report
+
+    losses = {"zero3": [5.0, 4.0, 3.5], "fsdp": [5.0, 4.0, 3.5], "ddp": [5.0, 4.0, 3.50001]}
+    m = _metrics(losses, {n: [1.0] * 20 for n in losses})
+    write_report(tmp_path / "report.md", m)
+    report = (tmp_path / "report.md").read_text()
+    assert "fsdp identical to zero3 at every step" in report and "within 1e-05 relative of zero3" in report
+    fsdp_row = next(l for l in report.splitlines() if l.startswith("| fsdp |"))
+    assert "| 3.50000 | identical | identical |" in fsdp_row, fsdp_row  # not 0.00e+00
+    assert "| 1 | 5.000000 | 5.000000 | 5.000000 | identical | identical |" in report
+    assert "| 3 | 3.500000 | 3.500000 | 3.500010 | identical | 1.0e-05 / 2.9e-06 |" in report
+    assert "Throughput ranked by median tokens/s" in report
+    # the difference plot: the tolerance as a line, an exact 0 said in words, not drawn at 1e-12
+    import matplotlib.pyplot as plt
+
+    from shardlab.core import compare as cmp
+
+    parity = cmp.loss_parity(losses, "32-true")
+    fig = plots.loss_diff_figure(parity.rel_diff, "zero3", parity.tolerance)
+    ax = fig.axes[0]
+    assert [list(l.get_ydata()) for l in ax.lines if l.get_label() == "tolerance 1e-05"] == [[1e-05, 1e-05]]
+    assert [t.get_text() for t in ax.texts] == ["fsdp: identical to zero3 at every step (difference exactly 0)"]
+    assert [l.get_label() for l in ax.lines] == ["tolerance 1e-05", "ddp vs zero3 (exactly 0 at 2 step(s), not drawn)"]
+    plt.close(fig)
+    plots.loss_diff(parity.rel_diff, "zero3", parity.tolerance, tmp_path / "loss_diff.png")
+    assert (tmp_path / "loss_diff.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_injected_lr_difference_is_a_divergence_with_its_first_step(recipe, tmp_path):
-    m = _compare(recipe, tmp_path, "--strategies", "ddp,zero3", "--test-lr-override", "zero3=0.003")
+    printed: list[str] = []
+    m = _compare(recipe, tmp_path, "--strategies", "ddp,zero3", "--test-lr-override", "zero3=0.003", stdout=printed)
+    # each run's progress while it trains, named by its place in the comparison; its whole output in its log
+    lines = printed[0].splitlines()
+    for tag in ("compare: [1/2] ddp: ", "compare: [2/2] zero3: "):
+        assert any(l.startswith(tag + "step 1/5  loss ") and "tokens/s" in l and " left" in l for l in lines), printed[0]
+        assert any(l.startswith(tag + "step 5/5  loss ") and l.endswith("done") for l in lines), printed[0]
+        assert any(l.startswith(tag + "loss ") for l in lines), printed[0]
+    assert "shardlab: step 5/5" in (tmp_path / "runs" / "zero3.log").read_text()
     assert m["parity"] is False
     assert m["first_divergent_step"] == 2 and m["first_divergent_strategy"] == "zero3"  # step 1 precedes any update
     assert any(s.startswith("lr differs") for s in m["suspects"])

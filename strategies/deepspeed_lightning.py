@@ -1,0 +1,53 @@
+"""Lightning's DeepSpeedStrategy made to run on CPU processes too, and to scale the loss once.
+
+Its own module so that strategies/deepspeed.py (presets, memory model, config) loads without Lightning:
+`recipe plan` and `recipe strategies` never import it; `ZeRO.lightning_strategy` does, when a run starts.
+"""
+from __future__ import annotations
+
+import argparse
+
+from lightning.fabric.utilities.seed import reset_seed
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
+
+
+class _LightningDeepSpeed(DeepSpeedStrategy):
+    """Lightning's DeepSpeedStrategy, also on CPU processes over gloo.
+
+    Stock Lightning refuses CPU in `setup_environment`, validates CUDA device indices in
+    `setup_distributed`, and passes `device_rank=root_device.index` (None on CPU) to DeepSpeed,
+    which then fails comparing None with an int. setup_environment, setup_distributed and
+    _setup_model_and_optimizer fix that; `backward` fixes a numerics bug on every device (see there).
+    """
+
+    def backward(self, closure_loss, optimizer, *args, **kwargs):  # type: ignore[override]
+        # Lightning already divides the loss by accumulate_grad_batches; DeepSpeed's engine.backward
+        # would divide it by gradient_accumulation_steps again. Harmless for Adam without clipping,
+        # but with clipping the curves leave DDP/FSDP's from the first clipped step. Scale once.
+        return super().backward(closure_loss, optimizer, *args, scale_wrt_gas=False, **kwargs)
+
+    def setup_environment(self) -> None:
+        DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
+
+    def setup_distributed(self) -> None:
+        reset_seed()  # as DeepSpeedStrategy does, minus the CUDA device-index validation
+        self.set_world_ranks()
+        from shardlab.strategies.deepspeed_console import quiet_init
+
+        with quiet_init(self.global_rank == 0):  # a one-off op build announced, its "built successfully" lines dropped
+            self._init_deepspeed_distributed()
+
+    def _setup_model_and_optimizer(self, model, optimizer, lr_scheduler=None):  # type: ignore[override]
+        import deepspeed
+
+        device_rank = self.root_device.index if self.root_device.index is not None else self.local_rank
+        engine, ds_optimizer, _, _ = deepspeed.initialize(
+            args=argparse.Namespace(device_rank=device_rank),
+            config=self.config,
+            model=model,
+            model_parameters=filter(lambda p: p.requires_grad, model.parameters()),
+            optimizer=optimizer,
+            lr_scheduler=lr_scheduler,
+            dist_init_required=False,
+        )
+        return engine, ds_optimizer
