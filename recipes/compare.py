@@ -36,6 +36,32 @@ def _audit(prepared: dict[str, ResolvedRun]) -> dict[str, Any]:
     return {n: registry.get(r.config.strategy).build().precision_plan(r.context()) for n, r in prepared.items()}
 
 
+def align_plans(base: RunConfig, names: list[str], prepared: dict[str, ResolvedRun], no_align: bool):
+    """Each strategy's precision plan, aligned to the same dtypes unless no_align: (the alignment, the resolved runs
+    and plans after it, the mismatches before it). In-process: no run starts."""
+    precision = prepared[names[0]].config.precision
+    plans = _audit(prepared)
+    before = cmp.mismatches(plans)
+    if no_align:
+        alignment = cmp.Alignment(precision=precision, grad_reduce_dtype=base.grad_reduce_dtype,
+                                  notes=["not aligned (--no-align): each backend's defaults"])
+        return alignment, prepared, plans, before
+    alignment = cmp.Alignment(precision=precision, grad_reduce_dtype=base.grad_reduce_dtype)
+    for _ in range(3):  # precision first, then gradient reduction under the new precision
+        step = cmp.align(alignment.precision, plans)
+        if not step.notes:
+            break
+        alignment.precision = step.precision
+        if step.grad_reduce_dtype != "auto":
+            alignment.grad_reduce_dtype = step.grad_reduce_dtype
+        alignment.notes += step.notes
+        prepared = _plans(base.model_copy(update={"precision": alignment.precision,
+                                                  "grad_reduce_dtype": alignment.grad_reduce_dtype}), names)
+        plans = _audit(prepared)
+    alignment.notes = alignment.notes or ["nothing to align: every strategy already used the same dtypes"]
+    return alignment, prepared, plans, before
+
+
 def _weights_diff(reference: str, other: str) -> float:
     from safetensors.torch import load_file
 
@@ -65,26 +91,7 @@ def main(args: argparse.Namespace) -> int:
     from shardlab.recipes.run import prepare  # torch: after the flags and the plans are checked
 
     prepare(base)  # data, weights folder and resume checks once, before any process starts
-    precision = prepared[names[0]].config.precision
-    plans = _audit(prepared)
-    before = cmp.mismatches(plans)
-    if args.no_align:
-        alignment = cmp.Alignment(precision=precision, grad_reduce_dtype=base.grad_reduce_dtype,
-                                  notes=["not aligned (--no-align): each backend's defaults"])
-    else:
-        alignment = cmp.Alignment(precision=precision, grad_reduce_dtype=base.grad_reduce_dtype)
-        for _ in range(3):  # precision first, then gradient reduction under the new precision
-            step = cmp.align(alignment.precision, plans)
-            if not step.notes:
-                break
-            alignment.precision = step.precision
-            if step.grad_reduce_dtype != "auto":
-                alignment.grad_reduce_dtype = step.grad_reduce_dtype
-            alignment.notes += step.notes
-            prepared = _plans(base.model_copy(update={"precision": alignment.precision,
-                                                      "grad_reduce_dtype": alignment.grad_reduce_dtype}), names)
-            plans = _audit(prepared)
-        alignment.notes = alignment.notes or ["nothing to align: every strategy already used the same dtypes"]
+    alignment, prepared, plans, before = align_plans(base, names, prepared, args.no_align)
     suspects = cmp.mismatches(plans)
     print(f"compare: {', '.join(names)}; {'; '.join(alignment.notes)}")
 

@@ -51,12 +51,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write_and_verify(reader, hf_config: Path, final: Path, precision: str) -> tuple[int, float]:
+    import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     from shardlab.recipes.export import EXPORT_DTYPE, TOLERANCE, ExportError, _logits
     from shardlab.recipes.portable import ShardWriter
     from shardlab.recipes.weights import tie
+
+    transformers.utils.logging.disable_progress_bar()  # the reload's per-tensor bar: nothing to act on
 
     dtype = EXPORT_DTYPE.get(precision, torch.float32)
     tmp = Path(tempfile.mkdtemp(prefix=".hf.tmp-", dir=final.parent))

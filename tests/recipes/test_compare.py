@@ -113,11 +113,21 @@ def test_injected_lr_difference_is_a_divergence_with_its_first_step(recipe, tmp_
     assert "DIVERGED" in (tmp_path / "report.md").read_text()
 
 
+def test_alignment_of_the_real_plans_gives_both_fp32_masters():
+    # bf16-true: DDP keeps bf16 master weights, DeepSpeed fp32; aligned, both get fp32 masters (bf16-mixed). In-process:
+    # the plans compare resolves from the adapters, before any run starts (the runs themselves: the test below).
+    from shardlab.core import compare as cmp
+    from shardlab.core.config import RunConfig
+    from shardlab.recipes.compare import _plans, align_plans
+
+    base = RunConfig(strategy="ddp", accelerator="cpu", devices=2, precision="bf16-true", max_steps=5)
+    alignment, _, plans, before = align_plans(base, ["ddp", "zero2"], _plans(base, ["ddp", "zero2"]), no_align=False)
+    assert alignment.precision == "bf16-mixed" and not cmp.mismatches(plans)
+    assert any(s.startswith("master differs") for s in before)
+    assert any("master weights" in n for n in alignment.notes)
+
+
 def test_no_align_flags_dtype_mismatches(recipe, tmp_path):
-    # bf16-true: DDP keeps bf16 master weights, DeepSpeed fp32; aligned, both get fp32 masters (bf16-mixed).
-    aligned = _compare(recipe, tmp_path / "aligned", "--strategies", "ddp,zero2", "--precision", "bf16-true")
-    assert aligned["precision"] == "bf16-mixed" and not aligned["suspects"]
-    assert any("master weights" in n for n in aligned["alignment_notes"])
     raw = _compare(recipe, tmp_path / "raw", "--strategies", "ddp,zero3", "--precision", "bf16-true", "--no-align")
     assert raw["precision"] == "bf16-true"
     assert any(s.startswith("master differs") for s in raw["suspects"])
