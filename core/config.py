@@ -24,7 +24,11 @@ class RunConfig(BaseModel):
     """A shipped shape (`recipe models`: tiny, tinyllama-1.1b, llama-2-7b, llama-3.1-8b, llama-3.2-1b, ...; random
     weights), a local HF Llama folder, or, for `recipe plan` only, a config.json or a folder holding just that."""
     data: Optional[str] = None
-    """Local .txt/.md/.jsonl file or folder of them; default: the corpus shipped with shardlab."""
+    """Local .jsonl/.json/.parquet/.csv/.txt/.md file, a folder of them, or a `datasets` save_to_disk folder; tokenised once into SHARDLAB_CACHE/data and reused; default: the corpus shipped with shardlab."""
+    data_field: str = Field("text", min_length=1)
+    """The field (column) of .jsonl/.json/.parquet/.csv records or a save_to_disk dataset that holds the text."""
+    data_workers: Optional[int] = Field(None, ge=1)
+    """Processes that tokenise the data (once, in the launching process); default: one per CPU core, at most 8."""
     accelerator: Literal["cpu", "gpu", "auto"] = "auto"
     """Where to run: `auto` takes the GPUs if there are any."""
     devices: Union[int, Literal["auto"]] = "auto"

@@ -39,7 +39,8 @@ TMP_DIR = re.compile(r"^\.step-(\d{6,})\.tmp$")
 # Run fields a resume must keep: the numerics and the exact sequences of each optimizer step. The global batch
 # (micro-batch x accumulation x world size) must match too; how it is split may change (recipes/data.py), and
 # another strategy or world size resumes from the checkpoint's portable copy (recipes/portable.py).
-MUST_MATCH = ("precision", "seq_len", "seed", "data")
+MUST_MATCH = ("precision", "seq_len", "seed", "data", "data_field")
+WRITTEN_BEFORE = {"data_field": "text"}  # what checkpoints without the field were trained with
 # Whose file it is, for the message: rng-rank1.pt, FSDP2's __1_0.distcp, DeepSpeed's (bf16_)zero_pp_rank_1_...
 RANK_FILE = re.compile(r"^rng-rank(?P<rng>\d+)\.pt$|^__(?P<dcp>\d+)_\d+\.distcp$|^(?:bf16_)?zero_pp_rank_(?P<zero>\d+)_")
 # The manifest fingerprints each file by its size and the CRC32 of its first and last MiB, not by a
@@ -64,7 +65,7 @@ def run_identity(cfg, strategy: str, world_size: int, model_cfg) -> dict[str, An
                                                 "num_attention_heads", "num_key_value_heads", "vocab_size")}
     return {"strategy": strategy, "world_size": world_size, "precision": cfg.precision,
             "micro_batch_size": cfg.micro_batch_size, "grad_accum": cfg.grad_accum, "seq_len": cfg.seq_len,
-            "seed": cfg.seed, "data": cfg.data, "model": str(cfg.model), "model_shape": shape}
+            "seed": cfg.seed, "data": cfg.data, "data_field": cfg.data_field, "model": str(cfg.model), "model_shape": shape}
 
 
 def fingerprint(file: Path) -> dict[str, Any]:
@@ -201,10 +202,11 @@ def check_resume(path: Path, identity: dict[str, Any], max_steps: int) -> bool:
         raise UserError(f"--resume {path}: written for a model of another shape ({_shape(meta.get('model_shape'))}) "
                         f"than --model {identity['model']} ({_shape(identity['model_shape'])}); {use}")
     for field in MUST_MATCH:
-        if meta.get(field) != identity[field]:
+        written = meta.get(field, WRITTEN_BEFORE.get(field))
+        if written != identity[field]:
             why = " (the numerics)" if field == "precision" else " (the sequences of each step depend on it)"
-            raise UserError(f"--resume {path}: the checkpoint was written with {field} {meta.get(field)!r}{why}, "
-                            f"this run has {identity[field]!r}; use --{field.replace('_', '-')} {meta.get(field)}")
+            raise UserError(f"--resume {path}: the checkpoint was written with {field} {written!r}{why}, "
+                            f"this run has {identity[field]!r}; use --{field.replace('_', '-')} {written}")
     batch = lambda m: int(m["micro_batch_size"]) * int(m["grad_accum"]) * int(m["world_size"])  # noqa: E731
     if batch(meta) != batch(identity):
         raise UserError(f"--resume {path}: the checkpoint's global batch is {batch(meta)} sequences per step "

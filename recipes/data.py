@@ -1,70 +1,33 @@
-"""The data side of the recipe: local text or JSONL, tokenised with the model folder's tokenizer,
-packed into fixed-length blocks, and ordered by global batch: each optimizer step trains on the same
+"""The data side of the recipe as the ranks see it: token blocks (built once on disk by recipes/data_cache.py),
+ordered by global batch: each optimizer step trains on the same
 sequences under every strategy and every world size x micro-batch x grad-accum split of the global batch."""
 from __future__ import annotations
 
-import json
 import warnings
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from shardlab.core import trace
 from shardlab.core.errors import UserError
 
-TEXT_SUFFIXES = {".txt", ".md", ".text"}
-JSONL_SUFFIXES = {".jsonl", ".json"}
+
+def embedded_corpus_path() -> Path:
+    """Python's Language Reference text (PSF licence), shipped so `recipe run` needs no download."""
+    return Path(str(resources.files("shardlab.recipes").joinpath("assets/corpus.txt")))
 
 
 def embedded_corpus() -> str:
-    """Python's Language Reference text (PSF licence), shipped so `recipe run` needs no download."""
-    return resources.files("shardlab.recipes").joinpath("assets/corpus.txt").read_text(encoding="utf-8")
-
-
-def _jsonl_texts(file: Path) -> list[str]:
-    texts = []
-    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise UserError(f"--data {file}: line {n} is not JSON; each line must be an object with a 'text' field") from None
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise UserError(f"--data {file}: line {n} has no string 'text' field")
-        texts.append(record["text"])
-    return texts
-
-
-def read_texts(path: Optional[str]) -> list[str]:
-    if path is None:
-        return [embedded_corpus()]
-    root = Path(path)
-    if not root.exists():
-        raise UserError(f"--data {path}: no such file or folder; give a .txt, .md or .jsonl file or a folder of them")
-    files = sorted(f for f in (root.rglob("*") if root.is_dir() else [root])
-                   if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES | JSONL_SUFFIXES)
-    if not files:
-        raise UserError(f"--data {path}: no .txt, .md or .jsonl files found")
-    texts: list[str] = []
-    for f in files:
-        try:
-            texts += _jsonl_texts(f) if f.suffix.lower() in JSONL_SUFFIXES else [f.read_text(encoding="utf-8")]
-        except UnicodeDecodeError:
-            raise UserError(f"--data {f}: not UTF-8 text") from None
-    texts = [t for t in texts if t.strip()]
-    if not texts:
-        raise UserError(f"--data {path}: the files hold no text")
-    return texts
+    return embedded_corpus_path().read_text(encoding="utf-8")
 
 
 def token_blocks(texts: list[str], tokenizer, seq_len: int) -> torch.Tensor:
-    """Documents joined with EOS and cut into [n, seq_len] blocks (the tail that does not fill one is dropped)."""
-    trace.note("tokenise")
+    """Documents joined with EOS and cut into [n, seq_len] blocks (the tail that does not fill one is dropped):
+    in memory, for a few texts; `recipe run` builds the same blocks on disk (recipes/data_cache.py)."""
     eos = tokenizer.eos_token_id
     ids: list[int] = []
     for text in texts:
@@ -76,13 +39,17 @@ def token_blocks(texts: list[str], tokenizer, seq_len: int) -> torch.Tensor:
 
 
 class Blocks(Dataset):
-    def __init__(self, blocks: torch.Tensor) -> None:
+    """Token blocks [sequences, seq_len]: a tensor, or the cache's memory-mapped uint32 array (rows read as int64)."""
+
+    def __init__(self, blocks: Union[torch.Tensor, np.ndarray]) -> None:
         self.blocks = blocks
 
     def __len__(self) -> int:
         return len(self.blocks)
 
     def __getitem__(self, i: int) -> torch.Tensor:
+        if isinstance(self.blocks, np.ndarray):
+            return torch.from_numpy(self.blocks[i].astype(np.int64))
         return self.blocks[i]
 
 
@@ -144,7 +111,7 @@ class LlamaData(pl.LightningDataModule):
     in), so a resumed run continues with the next global batch instead of restarting the epoch (Lightning
     alone would restart it), also under another split of the same global batch."""
 
-    def __init__(self, blocks: torch.Tensor, micro_batch_size: int, seed: int, grad_accum: int = 1) -> None:
+    def __init__(self, blocks: Union[torch.Tensor, np.ndarray], micro_batch_size: int, seed: int, grad_accum: int = 1) -> None:
         super().__init__()
         self.dataset, self.micro_batch_size, self.seed = Blocks(blocks), micro_batch_size, seed
         self.grad_accum = grad_accum
@@ -192,12 +159,12 @@ class LlamaData(pl.LightningDataModule):
                 setattr(counters, name, getattr(counters, name) + shift)
 
 
-def check_enough(blocks: torch.Tensor, micro_batch_size: int, world_size: int, seq_len: int, grad_accum: int = 1) -> None:
+def check_enough(n_blocks: int, micro_batch_size: int, world_size: int, seq_len: int, grad_accum: int = 1) -> None:
     need = micro_batch_size * world_size * grad_accum
-    if len(blocks) < need:
+    if n_blocks < need:
         what = "micro-batch x world size" + (" x grad-accum" if grad_accum > 1 else "")
         fix = "--micro-batch-size" + (" or --grad-accum" if grad_accum > 1 else "")
         raise UserError(
-            f"--data: {len(blocks)} blocks of {seq_len} tokens, but one optimizer step needs {need} "
+            f"--data: {n_blocks} blocks of {seq_len} tokens, but one optimizer step needs {need} "
             f"({what}); give more text, or lower --seq-len or {fix}"
         )

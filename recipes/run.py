@@ -17,7 +17,9 @@ from shardlab.core.errors import RunFailed, UserError
 from shardlab.core.resolved import ResolvedRun, write_json_atomic
 from shardlab.core.strategy import RunContext
 from shardlab.recipes import data as data_lib
-from shardlab.recipes.model import flops_per_token, initial_folder
+from shardlab.recipes.data_cache import DataCache, open_blocks, prepare_data
+from shardlab.recipes.data_load import find_source
+from shardlab.recipes.model import cache_dir, flops_per_token, initial_folder
 from shardlab.recipes.resolve import resolve_run
 from shardlab.recipes.weights import check_weights, model_source
 
@@ -41,29 +43,34 @@ class Prepared:
     run: ResolvedRun
     folder: Path
     """The Hugging Face folder of the initial weights."""
-    blocks: torch.Tensor
-    """The token blocks, [sequences, seq_len]."""
+    blocks: Path
+    """The token blocks on disk: a .npy of uint32 [sequences, seq_len] that each rank memory-maps."""
+    data: dict
+    """summary.json's `data`: format, records, sequences, tokens, label_tokens, truncated, dropped, cache."""
     resume: Optional[Path] = None
     portable: bool = False
     """Resume from the checkpoint's portable copy: it was written by another strategy or world size."""
+    data_note: str = ""
+    """What the launching process says of the data (recipes/run.py _data_line); the ranks do not say it."""
 
     @property
     def cfg(self) -> RunConfig:
         return self.run.config
 
     def save(self, path: Path) -> None:
-        """For the rank processes (torch.save of plain types and one tensor; loads with weights_only=True)."""
+        """For the rank processes (torch.save of plain types; loads with weights_only=True)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        torch.save({"run": self.run.model_dump_json(), "folder": str(self.folder), "blocks": self.blocks,
+        torch.save({"run": self.run.model_dump_json(), "folder": str(self.folder), "blocks": str(self.blocks),
+                    "data": self.data,
                     "resume": str(self.resume) if self.resume else None, "portable": self.portable}, tmp)
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> "Prepared":
         d = torch.load(path, weights_only=True)
-        return cls(run=ResolvedRun.model_validate_json(d["run"]), folder=Path(d["folder"]), blocks=d["blocks"],
-                   resume=Path(d["resume"]) if d["resume"] else None, portable=bool(d.get("portable")))
+        return cls(run=ResolvedRun.model_validate_json(d["run"]), folder=Path(d["folder"]), blocks=Path(d["blocks"]),
+                   data=d["data"], resume=Path(d["resume"]) if d["resume"] else None, portable=bool(d.get("portable")))
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -71,14 +78,15 @@ def prepare(cfg: RunConfig) -> Prepared:
     run = resolve_run(cfg)
     c = run.config
     check_output(c.output)
-    texts = data_lib.read_texts(c.data)  # before building weights: cheap failures first
+    find_source(c.data, data_lib.embedded_corpus_path())  # before building weights: cheap failures first
     folder = initial_folder(c.model, c.seed)
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     model_cfg = AutoConfig.from_pretrained(folder)
     check_weights(folder, model_cfg)
-    blocks = data_lib.token_blocks(texts, AutoTokenizer.from_pretrained(folder), c.seq_len)
-    data_lib.check_enough(blocks, c.micro_batch_size, run.world_size, c.seq_len, c.grad_accum)
+    data = prepare_data(c.data, c.data_field, c.seq_len, folder, c.data_workers, cache_dir())
+    data_lib.check_enough(data.sequences, c.micro_batch_size, run.world_size, c.seq_len, c.grad_accum)
+    run = run.model_copy(update={"warnings": [*run.warnings, *data.warnings]})
     resume, elsewhere = None, False
     if c.resume:
         from shardlab.recipes import checkpoint
@@ -89,7 +97,18 @@ def prepare(cfg: RunConfig) -> Prepared:
                                             c.max_steps)
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
-    return Prepared(run=run, folder=folder, blocks=blocks, resume=resume, portable=bool(c.resume) and elsewhere)
+    return Prepared(run=run, folder=folder, blocks=data.blocks_file, data=data.summary(), resume=resume,
+                    portable=bool(c.resume) and elsewhere, data_note=_data_line(data))
+
+
+def _data_line(data: DataCache) -> str:
+    """What the announcement says of the data: its counts, and whether it was tokenised now or found tokenised."""
+    m = data.meta
+    how = (f"tokenised in {data.seconds:.1f} s over {m['workers']} process(es) into" if data.built
+           else "found tokenised in")
+    dropped = f", {m['dropped']} empty dropped" if m["dropped"] else ""
+    return (f"data: {m['sequences']} sequences of {m['seq_len']} tokens from {m['records']} document(s){dropped} "
+            f"({m['format']}); {how} {data.folder}")
 
 
 def check_output(output: str) -> None:
@@ -124,7 +143,9 @@ def train(p: Prepared) -> dict[str, Any] | None:
     pl.seed_everything(cfg.seed, verbose=False)
     module = LlamaModule(model_source(p.folder), strategy, ctx, p.run.optimizer())
     recorder = StepRecorder()
-    export = HFExport(str(p.folder), output, probe=p.blocks[:2], precision=ctx.precision) if cfg.export else None
+    blocks = open_blocks(p.blocks)  # memory-mapped: this rank reads only the rows it trains on
+    probe = torch.from_numpy(blocks[:2].astype("int64"))
+    export = HFExport(str(p.folder), output, probe=probe, precision=ctx.precision) if cfg.export else None
     callbacks: list = [recorder]  # first: a checkpoint written at the same step carries that step's loss
     callbacks.append(StepProgress(recorder))  # step N/max, loss, tokens/s, time left; instead of Lightning's bar
     if cfg.checkpoint_every:
@@ -159,7 +180,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     )
     t0 = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=data_lib.LlamaData(p.blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum),
+        trainer.fit(module, datamodule=data_lib.LlamaData(blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum),
                     ckpt_path=ckpt_path)
     except torch.OutOfMemoryError as e:
         raise RunFailed(out_of_memory_advice(p, e)) from None
@@ -173,7 +194,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
         "wall_s": wall, "hf_export": str(output / "hf") if export else None, "step_s": recorder.step_s,
         "mfu": _mfu(tokens_per_s / ctx.world_size, model_cfg, cfg.seq_len, ctx),
         "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff} if export else None,
-        "memory_estimate": p.run.estimate,
+        "memory_estimate": p.run.estimate, "data": p.data,
         "resumed_from": str(p.resume) if p.resume else None,
         "resumed_through": ("portable copy" if p.portable else "native state") if p.resume else None,
         "portable_load_s": getattr(loader, "seconds", None) if p.portable else None,
@@ -264,7 +285,8 @@ def main(args: argparse.Namespace) -> int:
     in_rank = ranks.launched_here()
     if not in_rank or (os.environ.get("LOCAL_RANK", "0") == "0" and ranks.LAUNCHED_ENV not in os.environ):
         announce(p.run)
-        print(f"shardlab: tokenised the data once: {p.blocks.shape[0]} sequences of {p.cfg.seq_len} tokens", flush=True)
+        if p.data_note:
+            print(f"shardlab: {p.data_note}", flush=True)
     if not in_rank and p.cfg.num_nodes == 1 and p.cfg.devices > 1:
         # one process per rank, watched: a rank that dies stops the others at once (recipes/ranks.py).
         # They read the prepared run from a file: nothing is probed, planned or tokenised again.

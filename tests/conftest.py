@@ -76,7 +76,7 @@ def short_corpus(tmp_path_factory) -> Path:
 
     path = tmp_path_factory.mktemp("short-corpus") / "short.txt"
     path.write_text(data.embedded_corpus()[:11_300], encoding="utf-8")
-    assert len(data.token_blocks(data.read_texts(str(path)), byte_tokenizer(), 128)) == 88
+    assert len(data.token_blocks([path.read_text(encoding="utf-8")], byte_tokenizer(), 128)) == 88
     return path
 
 

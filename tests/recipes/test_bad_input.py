@@ -21,6 +21,10 @@ def _cases(tmp):
     (tmp / "empty").mkdir()
     (tmp / "blank.txt").write_text("   \n")
     (tmp / "bad.jsonl").write_text('{"text": "ok"}\nnot json\n')
+    import pandas as pd
+
+    pd.DataFrame({"body": ["x"]}).to_parquet(tmp / "nocol.parquet")
+    (tmp / "nofield.jsonl").write_text('{"body": "x"}\n')
     (tmp / "bad.yaml").write_text("a: [\n")
     (tmp / "unknown.yaml").write_text("colour: red\n")
     return {
@@ -34,7 +38,11 @@ def _cases(tmp):
         "llama folder without weights": (["--model", tmp / "noweights"], "no weight files (*.safetensors) in the folder: training needs weights"),
         "config.json alone": (["--model", tmp / "noweights" / "config.json"], "`recipe plan --model"),
         "a text file as the model": (["--model", tmp / "blank.txt"], "is a file, not a model folder or config.json"),
-        "data folder without text files": (["--data", tmp / "empty"], "no .txt, .md or .jsonl"),
+        "data folder without text files": (["--data", tmp / "empty"], "no .txt, .md, .jsonl, .json, .parquet or .csv"),
+        "data without the field asked for": (["--data", tmp / "nofield.jsonl", "--data-field", "content"],
+                                             "its records have no 'content' field (they have: body); give --data-field"),
+        "parquet without the column": (["--data", tmp / "nocol.parquet"], "its records have no 'text' field (they have: body)"),
+        "data workers 0": (["--data-workers", "0"], "--data-workers"),
         "data with no text": (["--data", tmp / "blank.txt"], "hold no text"),
         "corrupt jsonl": (["--data", tmp / "bad.jsonl"], "line 2 is not JSON"),
         "missing data": (["--data", tmp / "nope.txt"], "no such file"),
@@ -72,6 +80,15 @@ def test_bad_run_inputs(cache_dir, tmp_path, capsys, monkeypatch):
         if not (rc == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in err and not out.exists()):
             failures.append(f"{name}: rc={rc} stderr={err[-400:]!r}")
     assert not failures, "\n".join(failures)
+
+
+def test_bad_data_in_a_real_run(recipe, tmp_path):
+    """One real `recipe` process: a record without the field asked for is exit code 2, one line, nothing in --output."""
+    (tmp_path / "d.jsonl").write_text(json.dumps({"text": "a"}) + "\n" + json.dumps({"body": "b"}) + "\n")
+    out = tmp_path / "out"
+    proc = recipe("run", "--accelerator", "cpu", "--data", tmp_path / "d.jsonl", "--output", out)
+    assert proc.returncode == 2 and not out.exists(), proc.stderr[-2000:]
+    assert proc.stderr.strip() == f"recipe: error: --data {tmp_path / 'd.jsonl'}: record 2 has no 'text' field; give it one or remove the record"
 
 
 def test_unknown_subcommand(recipe):

@@ -1,11 +1,12 @@
 import json
 
 import lightning.pytorch as pl
+import numpy as np
 import pytest
 import torch
 
 from shardlab.core.errors import UserError
-from shardlab.recipes import data
+from shardlab.recipes import data, data_cache
 from shardlab.recipes.model import byte_tokenizer
 
 
@@ -14,17 +15,148 @@ def test_embedded_corpus_is_real_text():
     assert len(text) > 100_000 and "assignment" in text.lower()
 
 
-def test_folder_of_text_and_jsonl(tmp_path):
-    (tmp_path / "a.txt").write_text("hello")
-    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "world"}) + "\n\n" + json.dumps({"text": "again"}))
-    (tmp_path / "ignored.bin").write_bytes(b"\0")
-    assert data.read_texts(str(tmp_path)) == ["hello", "world", "again"]
+@pytest.fixture(scope="module")
+def tokenizer_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tokenizer")
+    byte_tokenizer().save_pretrained(folder)
+    return folder
 
 
-def test_jsonl_without_text_field(tmp_path):
-    (tmp_path / "x.jsonl").write_text(json.dumps({"content": "x"}))
-    with pytest.raises(UserError, match="line 1 has no string 'text' field"):
-        data.read_texts(str(tmp_path / "x.jsonl"))
+def _prepare(tokenizer_folder, root, path, field="text", seq_len=4, workers=1):
+    return data_cache.prepare_data(None if path is None else str(path), field, seq_len, tokenizer_folder, workers, root)
+
+
+def _ids(*texts):
+    """The token stream of these documents as packing builds it: each one's bytes, then EOS (1)."""
+    tok = byte_tokenizer()
+    return [i for t in texts for i in tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]]
+
+
+def _stream(cache):
+    return data_cache.open_blocks(cache.blocks_file).reshape(-1).tolist()
+
+
+def _write(path, kind, records):
+    import pandas as pd
+
+    if kind == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    elif kind == "json":
+        path.write_text(json.dumps(records))
+    elif kind == "parquet":
+        pd.DataFrame(records).to_parquet(path)
+    elif kind == "csv":
+        pd.DataFrame(records).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "csv"])
+def test_each_record_file_type_packs_its_documents_in_order(tokenizer_folder, tmp_path, kind):
+    records = [{"text": "hello world", "n": 1}, {"text": "  ", "n": 2}, {"text": "again", "n": 3}]
+    cache = _prepare(tokenizer_folder, tmp_path / "cache", _write(tmp_path / f"d.{kind}", kind, records))
+    want = _ids("hello world", "again")  # the blank record is dropped
+    assert _stream(cache) == want[: len(want) // 4 * 4]
+    assert cache.summary() == {"format": "text", "records": 3, "sequences": len(want) // 4, "tokens": len(want) // 4 * 4,
+                               "label_tokens": len(want) // 4 * 4, "truncated": len(want) % 4, "dropped": 1,
+                               "cache": str(cache.folder)}
+
+
+def test_text_markdown_a_folder_and_the_field_flag(tokenizer_folder, tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("first file\nline two\n")
+    (tmp_path / "d" / "b.md").write_text("# title\n")
+    _write(tmp_path / "d" / "c.jsonl", "jsonl", [{"body": "record one"}, {"body": "record two"}])
+    _write(tmp_path / "d" / "d.txt", "jsonl", [])  # empty: dropped
+    (tmp_path / "d" / "ignored.bin").write_bytes(b"\0")
+    cache = _prepare(tokenizer_folder, tmp_path / "cache", tmp_path / "d", field="body", seq_len=1)
+    assert _stream(cache) == _ids("first file\nline two\n", "# title\n", "record one", "record two")
+    assert (cache.meta["records"], cache.meta["dropped"]) == (5, 1)
+
+
+def test_a_text_file_in_many_pieces_is_one_document(tokenizer_folder, tmp_path, monkeypatch):
+    from shardlab.recipes import data_load
+
+    monkeypatch.setattr(data_load, "CHUNK", 100)  # the embedded corpus in ~1,800 pieces
+    text = data.embedded_corpus()
+    cache = _prepare(tokenizer_folder, tmp_path / "cache", tmp_path / "c.txt" if (tmp_path / "c.txt").write_text(text) else None, seq_len=128, workers=2)
+    assert _stream(cache) == data.token_blocks([text], byte_tokenizer(), 128).flatten().tolist()
+
+
+def test_a_save_to_disk_folder(tokenizer_folder, tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict({"content": ["saved one", "saved two"]}).save_to_disk(str(tmp_path / "saved"))
+    cache = _prepare(tokenizer_folder, tmp_path / "cache", tmp_path / "saved", field="content", seq_len=1)
+    assert _stream(cache) == _ids("saved one", "saved two")
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["dict"]})}).save_to_disk(str(tmp_path / "dict"))
+    assert _stream(_prepare(tokenizer_folder, tmp_path / "cache", tmp_path / "dict", seq_len=1)) == _ids("dict")
+
+
+def test_packing_the_embedded_corpus_equals_the_in_memory_blocks(tokenizer_folder, tmp_path):
+    """The shipped corpus gives the blocks it gave before the cache (so the losses of every run are unchanged)."""
+    cache = _prepare(tokenizer_folder, tmp_path, None, seq_len=128, workers=2)
+    blocks = data_cache.open_blocks(cache.blocks_file)
+    assert blocks.dtype == np.uint32 and blocks.shape == (1410, 128)
+    assert torch.equal(torch.from_numpy(blocks.astype(np.int64)), data.token_blocks([data.embedded_corpus()], byte_tokenizer(), 128))
+    assert data.Blocks(blocks)[3].dtype == torch.int64
+
+
+def test_the_cache_is_reused_rekeyed_and_rebuilt_when_corrupt(tokenizer_folder, tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text for the cache")
+    first = _prepare(tokenizer_folder, tmp_path / "cache", corpus)
+    again = _prepare(tokenizer_folder, tmp_path / "cache", corpus)
+    assert first.built and not again.built and again.folder == first.folder and again.meta == first.meta
+    assert _prepare(tokenizer_folder, tmp_path / "cache", corpus, seq_len=5).folder != first.folder
+    assert _prepare(tokenizer_folder, tmp_path / "cache", corpus, field="body").folder != first.folder
+    corpus.write_text("other text, longer, for the cache")  # size and time change: another key
+    changed = _prepare(tokenizer_folder, tmp_path / "cache", corpus)
+    assert changed.built and changed.folder != first.folder
+    with open(changed.blocks_file, "r+b") as f:  # cut short, as a full disk or a killed copy leaves it
+        f.truncate(100)
+    rebuilt = _prepare(tokenizer_folder, tmp_path / "cache", corpus)
+    assert rebuilt.built and rebuilt.folder == changed.folder and _stream(rebuilt) == _stream(first)[:0] + _ids("other text, longer, for the cache")[:32]
+    assert len(rebuilt.warnings) == 1 and "does not read back" in rebuilt.warnings[0] and "rebuilt it" in rebuilt.warnings[0]
+    (rebuilt.folder / "meta.json").write_text("{not json")
+    assert _prepare(tokenizer_folder, tmp_path / "cache", corpus).built
+    assert [p.name for p in (tmp_path / "cache" / "data").iterdir() if p.name.startswith(".") and ".tmp-" in p.name] == []
+
+
+def _bad_inputs(tmp):
+    (tmp / "empty").mkdir()
+    (tmp / "blank.txt").write_text("   \n")
+    (tmp / "bad.jsonl").write_text('{"text": "ok"}\nnot json\n')
+    _write(tmp / "nofield.jsonl", "jsonl", [{"body": "x"}])
+    _write(tmp / "someless.jsonl", "jsonl", [{"text": "x"}, {"body": "y"}])
+    _write(tmp / "nocol.parquet", "parquet", [{"body": "x"}])
+    _write(tmp / "numbers.csv", "csv", [{"text": 1}, {"text": 2}])
+    _write(tmp / "blank.jsonl", "jsonl", [{"text": ""}, {"text": " "}])
+    (tmp / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    return {
+        "missing": (tmp / "nope.txt", f"--data {tmp / 'nope.txt'}: no such file or folder"),
+        "folder without data files": (tmp / "empty", "no .txt, .md, .jsonl, .json, .parquet or .csv files found"),
+        "blank text file": (tmp / "blank.txt", "the files hold no text"),
+        "a jsonl line that is not JSON": (tmp / "bad.jsonl", f"--data {tmp / 'bad.jsonl'}: line 2 is not JSON"),
+        "records without the field": (tmp / "nofield.jsonl", "its records have no 'text' field (they have: body); give --data-field"),
+        "a record without the field": (tmp / "someless.jsonl", "record 2 has no 'text' field"),
+        "parquet without the column": (tmp / "nocol.parquet", f"--data {tmp / 'nocol.parquet'}: its records have no 'text' field"),
+        "a field that is not text": (tmp / "numbers.csv", "field 'text' holds Value('int64'), not text"),
+        "records all blank": (tmp / "blank.jsonl", "the files hold no text (2 documents, all empty)"),
+        "not utf-8": (tmp / "latin1.txt", "not UTF-8 text"),
+    }
+
+
+def test_bad_data_is_one_line_naming_the_file_and_the_fix(tokenizer_folder, tmp_path):
+    failures = []
+    for name, (path, expected) in _bad_inputs(tmp_path).items():
+        try:
+            _prepare(tokenizer_folder, tmp_path / "cache", path)
+            failures.append(f"{name}: no error")
+        except UserError as e:
+            if expected not in str(e) or "\n" in str(e):
+                failures.append(f"{name}: {e}")
+    assert not failures, "\n".join(failures)
+    assert not [p for p in (tmp_path / "cache" / "data").iterdir() if not p.name.endswith(".lock")]  # nothing half written
 
 
 def test_blocks_are_eos_joined_and_fixed_length():
