@@ -73,6 +73,7 @@ def prepare_data(data: Optional[str], text_field: str, seq_len: int, tokenizer_f
     from shardlab.recipes import data as data_lib
     from shardlab.recipes.data_load import find_source
 
+    trace.note("data")  # once per run, in the launching process: the ranks memory-map what it found or built
     source = find_source(data, data_lib.embedded_corpus_path())
     key = cache_key(source.fingerprint(), tokenizer_folder, fmt, text_field, seq_len)
     final = root / "data" / key
