@@ -121,6 +121,7 @@ def main() -> None:
     ap.add_argument("--host-fraction", type=float, default=0.8, help="of the host's memory, what the points may hold")
     ap.add_argument("--ready", default="", help="MODEL:PATH,...: take MODEL's points only once PATH exists (weights built elsewhere)")
     ap.add_argument("--snapshot", default="", help="points that also dump and name the allocator's live tensors at the peak")
+    ap.add_argument("--offload-lanes", type=int, default=2, help="offload points at a time (they share the host's CPUs)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +149,7 @@ def main() -> None:
     deadline = t_start + a.budget_s
 
     def take():
-        """The next point that fits beside the running ones (offload points: two at a time, they share the CPUs)."""
+        """The next point that fits beside the running ones (offload points: --offload-lanes at a time, they share the CPUs)."""
         with cond:
             while True:
                 if time.time() > deadline or not jobs:
@@ -160,7 +161,7 @@ def main() -> None:
                     big = min(need[j], int(a.capacity_gib * GiB))
                     cpu = min(host[j], host_total)  # a point that needs the whole host runs alone
                     if state["used"] + big <= a.capacity_gib * GiB and state["host"] + cpu <= host_total \
-                            and (not off or state["offload"] < 2):
+                            and (not off or state["offload"] < a.offload_lanes):
                         jobs.remove(j)
                         state["used"] += big
                         state["host"] += cpu

@@ -1,0 +1,154 @@
+"""The strongest peer on shardlab's work: the Hugging Face Trainer (Accelerate underneath), one GPU.
+
+The same model shape as `recipe run --model M` (shardlab's own LlamaConfig for M, so the 3B shape has its tied
+embeddings, 128k vocabulary and llama3 rope scaling), random weights, sequences of --seq-len random tokens,
+bf16 autocast over fp32 master weights (`bf16=True`), AdamW with shardlab's defaults (betas 0.9/0.95, eps 1e-8,
+no weight decay, gradient clipping at 1.0), no accumulation, a loss logged every step (a host sync, as shardlab's
+per-step loss is). The Trainer's backends as its documentation configures them:
+- fsdp2: `fsdp="full_shard auto_wrap"`, fsdp_version 2, LlamaDecoderLayer wrapped, reshard after forward, fused AdamW;
+- zero3: DeepSpeed ZeRO-3 with overlap_comm, contiguous gradients and the Trainer's "auto" bucket sizes;
+- zero3_offload: the same with the optimizer on the CPU (pinned), DeepSpeed's CPU Adam;
+- plain: no sharding (one GPU), fused AdamW.
+`--liger` sets `use_liger_kernel=True` (Liger's fused RMSNorm, SwiGLU, RoPE and linear+cross-entropy).
+
+Timing: every optimizer step's end is a CUDA sync; a step's time is from the previous step's end to its own
+(data loading, logging and the optimizer included, as shardlab's step_s), the median after --warmup steps.
+
+Usage (GPU machine; torchrun gives DeepSpeed and FSDP their process group):
+    torchrun --nproc_per_node 1 benchmarks/hf_peer.py --model llama-1b --mode fsdp2 --liger --micro-batch-size 8 \
+        --steps 20 --warmup 5 [--activation-checkpointing] --out FILE.json
+Writes FILE.json: tokens/s, MFU (shardlab's flops_per_token, unique parameters, 989 TFLOP/s), peak memory, losses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+PEAK_FLOPS = 989e12  # H200 dense bf16
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def deepspeed_config(offload: bool) -> dict:
+    zero = {"stage": 3, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto",
+            "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    return {"bf16": {"enabled": "auto"}, "zero_optimization": zero, "gradient_clipping": "auto",
+            "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}
+
+
+def trainer_arguments(a: argparse.Namespace, out_dir: str):
+    from transformers import TrainingArguments
+
+    kw = dict(output_dir=out_dir, per_device_train_batch_size=a.micro_batch_size, max_steps=a.warmup + a.steps,
+              bf16=torch.cuda.is_available(), learning_rate=a.lr, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0,
+              max_grad_norm=1.0, lr_scheduler_type="constant", logging_steps=1, report_to=[], save_strategy="no",
+              dataloader_num_workers=2, disable_tqdm=True, use_liger_kernel=a.liger,
+              gradient_checkpointing=a.activation_checkpointing)
+    if a.mode.startswith("zero3"):
+        kw["deepspeed"] = deepspeed_config(offload=a.mode == "zero3_offload")
+    else:
+        kw["optim"] = "adamw_torch_fused"
+    if a.mode == "fsdp2":
+        kw.update(fsdp="full_shard auto_wrap", fsdp_config={
+            "fsdp_version": 2, "reshard_after_forward": True, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})
+    return TrainingArguments(**kw)
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    def __init__(self, n: int, seq_len: int, vocab: int) -> None:
+        self.ids = torch.randint(0, vocab, (n, seq_len), generator=torch.Generator().manual_seed(1))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-1b", help="a shardlab shipped model name (its shape)")
+    ap.add_argument("--mode", required=True, choices=["fsdp2", "zero3", "zero3_offload", "plain"])
+    ap.add_argument("--liger", action="store_true")
+    ap.add_argument("--micro-batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    from transformers import LlamaForCausalLM, Trainer, TrainerCallback
+
+    from shardlab.recipes.model import flops_per_token, model_config
+
+    cfg = model_config(a.model)
+    cfg.max_position_embeddings = max(cfg.max_position_embeddings, a.seq_len)
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+            self.losses: list[float] = []
+
+        def on_train_begin(self, args, state, control, **kw):
+            sync()
+            self.ends.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kw):
+            sync()
+            self.ends.append(time.perf_counter())
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                self.losses.append(float(logs["loss"]))
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    clock = Clock()
+    args = trainer_arguments(a, f"/tmp/hf-peer-{os.getpid()}")
+    data = RandomTokens(a.micro_batch_size * (a.warmup + a.steps), a.seq_len, cfg.vocab_size)
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock])
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - t0
+    if int(os.environ.get("RANK", 0)) != 0:
+        return
+    step_s = [b - e for e, b in zip(clock.ends, clock.ends[1:])]
+    median = statistics.median(step_s[a.warmup:])
+    tokens_per_s = a.micro_batch_size * a.seq_len / median
+    versions = {}
+    for pkg in ("torch", "transformers", "accelerate", "deepspeed", "liger_kernel"):
+        try:
+            versions[pkg] = __import__(pkg).__version__
+        except Exception:  # noqa: BLE001 - not installed, or no __version__
+            versions[pkg] = None
+    result = {"system": "hf-trainer", "mode": a.mode + ("_liger" if a.liger else ""), "model": a.model,
+              "micro_batch_size": a.micro_batch_size, "seq_len": a.seq_len,
+              "activation_checkpointing": a.activation_checkpointing, "tokens_per_s": round(tokens_per_s),
+              "mfu": tokens_per_s * flops_per_token(cfg, a.seq_len) / PEAK_FLOPS,
+              "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None, "median_step_s": median,
+              "step_s": [round(s, 4) for s in step_s], "losses": [round(x, 4) for x in clock.losses[:4]],
+              "wall_s": round(wall, 1), "versions": versions, "trainer_args": {
+                  k: v for k, v in args.to_dict().items() if k in (
+                      "per_device_train_batch_size", "bf16", "optim", "fsdp", "fsdp_config", "deepspeed", "max_grad_norm",
+                      "use_liger_kernel", "gradient_checkpointing", "dataloader_num_workers", "adam_beta2")}}
+    Path(a.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: result[k] for k in ("mode", "model", "tokens_per_s", "mfu", "peak_memory_bytes")}))
+
+
+if __name__ == "__main__":
+    main()
