@@ -27,6 +27,14 @@ class RunConfig(BaseModel):
     """Local .jsonl/.json/.parquet/.csv/.txt/.md file, a folder of them, or a `datasets` save_to_disk folder; tokenised once into SHARDLAB_CACHE/data and reused; default: the corpus shipped with shardlab."""
     data_field: str = Field("text", min_length=1)
     """The field (column) of .jsonl/.json/.parquet/.csv records or a save_to_disk dataset that holds the text."""
+    data_format: Literal["auto", "text", "chat", "prompt-completion", "alpaca"] = "auto"
+    """What the records are: text (the --data-field column, every token trained on), chat (`messages`: [{role,
+    content}]), prompt-completion (`prompt`, `completion`) or alpaca (`instruction`, optional `input`, `output`), the
+    last three rendered with the tokenizer's chat template and trained on the assistant's tokens only; auto: found
+    from the columns (messages, then prompt + completion, then instruction + output, else text), and said."""
+    long_examples: Literal["truncate", "drop"] = "truncate"
+    """Chat and instruction examples longer than --seq-len: cut to their first --seq-len tokens, or left out
+    (summary.json's data counts both)."""
     data_workers: Optional[int] = Field(None, ge=1)
     """Processes that tokenise the data (once, in the launching process); default: one per CPU core, at most 8."""
     accelerator: Literal["cpu", "gpu", "auto"] = "auto"

@@ -39,8 +39,8 @@ TMP_DIR = re.compile(r"^\.step-(\d{6,})\.tmp$")
 # Run fields a resume must keep: the numerics and the exact sequences of each optimizer step. The global batch
 # (micro-batch x accumulation x world size) must match too; how it is split may change (recipes/data.py), and
 # another strategy or world size resumes from the checkpoint's portable copy (recipes/portable.py).
-MUST_MATCH = ("precision", "seq_len", "seed", "data", "data_field")
-WRITTEN_BEFORE = {"data_field": "text"}  # what checkpoints without the field were trained with
+MUST_MATCH = ("precision", "seq_len", "seed", "data", "data_field", "data_format", "long_examples")
+WRITTEN_BEFORE = {"data_field": "text", "data_format": "text", "long_examples": "truncate"}  # checkpoints without the field
 # Whose file it is, for the message: rng-rank1.pt, FSDP2's __1_0.distcp, DeepSpeed's (bf16_)zero_pp_rank_1_...
 RANK_FILE = re.compile(r"^rng-rank(?P<rng>\d+)\.pt$|^__(?P<dcp>\d+)_\d+\.distcp$|^(?:bf16_)?zero_pp_rank_(?P<zero>\d+)_")
 # The manifest fingerprints each file by its size and the CRC32 of its first and last MiB, not by a
@@ -59,13 +59,17 @@ def step_dirs(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def run_identity(cfg, strategy: str, world_size: int, model_cfg) -> dict[str, Any]:
-    """What meta.json records and a resume compares (`model` only names it in messages; the shape decides)."""
+def run_identity(cfg, strategy: str, world_size: int, model_cfg, data_format: str) -> dict[str, Any]:
+    """What meta.json records and a resume compares (`model` only names it in messages; the shape decides).
+    data_format: the data's format as found (what --data-format auto resolved to); --long-examples only changes
+    the sequences of the formats other than text."""
     shape = {k: getattr(model_cfg, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                                 "num_attention_heads", "num_key_value_heads", "vocab_size")}
     return {"strategy": strategy, "world_size": world_size, "precision": cfg.precision,
             "micro_batch_size": cfg.micro_batch_size, "grad_accum": cfg.grad_accum, "seq_len": cfg.seq_len,
-            "seed": cfg.seed, "data": cfg.data, "data_field": cfg.data_field, "model": str(cfg.model), "model_shape": shape}
+            "seed": cfg.seed, "data": cfg.data, "data_field": cfg.data_field, "data_format": data_format,
+            "long_examples": cfg.long_examples if data_format != "text" else "truncate",
+            "model": str(cfg.model), "model_shape": shape}
 
 
 def fingerprint(file: Path) -> dict[str, Any]:

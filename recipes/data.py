@@ -1,5 +1,5 @@
-"""The data side of the recipe as the ranks see it: token blocks (built once on disk by recipes/data_cache.py),
-ordered by global batch: each optimizer step trains on the same
+"""The data side of the recipe as the ranks see it: token blocks and, for chat and instruction data, their labels
+(built once on disk by recipes/data_cache.py), ordered by global batch: each optimizer step trains on the same
 sequences under every strategy and every world size x micro-batch x grad-accum split of the global batch."""
 from __future__ import annotations
 
@@ -38,19 +38,39 @@ def token_blocks(texts: list[str], tokenizer, seq_len: int) -> torch.Tensor:
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
-class Blocks(Dataset):
-    """Token blocks [sequences, seq_len]: a tensor, or the cache's memory-mapped uint32 array (rows read as int64)."""
+Array = Union[torch.Tensor, np.ndarray]
 
-    def __init__(self, blocks: Union[torch.Tensor, np.ndarray]) -> None:
-        self.blocks = blocks
+
+def _row(array: Array, i: int) -> torch.Tensor:
+    if isinstance(array, np.ndarray):
+        return torch.from_numpy(array[i].astype(np.int64))
+    return array[i]
+
+
+class Blocks(Dataset):
+    """Token blocks [sequences, seq_len]: a tensor, or the cache's memory-mapped uint32 array (rows read as int64).
+
+    With labels (chat and instruction data: the cache's int32 labels.npy, -100 where a token is not a target) an item
+    is a dict: `input_ids`, `labels`, and `step_label_tokens`, the targets in the whole global batch the block is
+    trained in, which GlobalBatchSampler hands over with the block's index (recipes/module.py divides by it)."""
+
+    def __init__(self, blocks: Array, labels: Optional[Array] = None) -> None:
+        self.blocks, self.labels = blocks, labels
 
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        if isinstance(self.blocks, np.ndarray):
-            return torch.from_numpy(self.blocks[i].astype(np.int64))
-        return self.blocks[i]
+    def __getitem__(self, i):
+        if self.labels is None:
+            return _row(self.blocks, i)
+        i, step_label_tokens = i
+        return {"input_ids": _row(self.blocks, i), "labels": _row(self.labels, i),
+                "step_label_tokens": torch.tensor(step_label_tokens, dtype=torch.int64)}
+
+
+def label_tokens(labels: Array, rows: list[int]) -> int:
+    """Targets in these blocks: labels other than -100, past each block's first token (which nothing predicts)."""
+    return int((labels[rows][:, 1:] != -100).sum())
 
 
 def epoch_order(n_blocks: int, seed: int, epoch: int) -> torch.Tensor:
@@ -71,11 +91,12 @@ class GlobalBatchSampler(Sampler[int]):
     n_blocks mod G blocks of each epoch's order are not trained on in that epoch (Lightning would step on a
     partial accumulation at an epoch's end under DDP/FSDP and carry it into the next step under DeepSpeed).
 
-    `steps_done` optimizer steps (of any split with the same G) are skipped: where a resumed run continues."""
+    `steps_done` optimizer steps (of any split with the same G) are skipped: where a resumed run continues.
+    With `labels` each index comes as (index, targets in its global batch) for Blocks."""
 
     def __init__(self, n_blocks: int, micro_batch_size: int, grad_accum: int, world_size: int, rank: int,
-                 seed: int, steps_done: int = 0) -> None:
-        self.n_blocks, self.seed, self.steps_done = n_blocks, seed, steps_done
+                 seed: int, steps_done: int = 0, labels: Optional[Array] = None) -> None:
+        self.n_blocks, self.seed, self.steps_done, self.labels = n_blocks, seed, steps_done, labels
         self.per_rank = micro_batch_size * grad_accum
         self.global_batch = self.per_rank * world_size
         self.first = rank * self.per_rank  # this rank's offset in every global batch
@@ -95,12 +116,21 @@ class GlobalBatchSampler(Sampler[int]):
         done = min(max(self.steps_done - self.epoch * self.steps_per_epoch, 0), self.steps_per_epoch)
         for step in range(done, self.steps_per_epoch):
             start = step * self.global_batch + self.first
-            yield from order[start:start + self.per_rank]
+            mine = order[start:start + self.per_rank]
+            if self.labels is None:
+                yield from mine
+            else:  # every rank counts the whole global batch's targets: the same number on each, no communication
+                everyone = order[step * self.global_batch:(step + 1) * self.global_batch]
+                n = label_tokens(self.labels, sorted(everyone))
+                yield from ((i, n) for i in mine)
 
 
 # LlamaData carries the data position in its own state (below), which Lightning does not look at
 # when it warns that a mid-epoch resume restarts the epoch: here it does not.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
+# Nor does its logging interval matter (recipes/metrics.py logs every optimizer step itself): a short epoch (a small
+# chat data set) is no reason to warn.
+warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval")
 
 
 class LlamaData(pl.LightningDataModule):
@@ -111,9 +141,10 @@ class LlamaData(pl.LightningDataModule):
     in), so a resumed run continues with the next global batch instead of restarting the epoch (Lightning
     alone would restart it), also under another split of the same global batch."""
 
-    def __init__(self, blocks: Union[torch.Tensor, np.ndarray], micro_batch_size: int, seed: int, grad_accum: int = 1) -> None:
+    def __init__(self, blocks: Array, micro_batch_size: int, seed: int, grad_accum: int = 1,
+                 labels: Optional[Array] = None) -> None:
         super().__init__()
-        self.dataset, self.micro_batch_size, self.seed = Blocks(blocks), micro_batch_size, seed
+        self.dataset, self.micro_batch_size, self.seed = Blocks(blocks, labels), micro_batch_size, seed
         self.grad_accum = grad_accum
         self.steps_done = 0  # optimizer steps trained before this fit: set by load_state_dict on resume
         self._resumed_accum: Optional[int] = None  # the --grad-accum the checkpoint was written with
@@ -126,7 +157,8 @@ class LlamaData(pl.LightningDataModule):
         if self._resumed_accum not in (None, self.grad_accum):
             self._recount_micro_batches(self._resumed_accum)
         sampler = GlobalBatchSampler(len(self.dataset), self.micro_batch_size, self.grad_accum, self.trainer.world_size,
-                                     self.trainer.global_rank, self.seed, steps_done=self.steps_done)
+                                     self.trainer.global_rank, self.seed, steps_done=self.steps_done,
+                                     labels=self.dataset.labels)
         return DataLoader(self.dataset, batch_size=self.micro_batch_size, sampler=sampler, drop_last=True)
 
     def state_dict(self) -> dict:

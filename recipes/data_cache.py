@@ -1,7 +1,8 @@
 """The tokenised data on disk: built once by the launching process, memory-mapped by every rank.
 
-SHARDLAB_CACHE/data/KEY/ holds blocks.npy (uint32 [sequences, seq_len]) and meta.json; KEY hashes the data files
-(paths, sizes, modification times), the tokenizer files' contents, the format, the text field and --seq-len.
+SHARDLAB_CACHE/data/KEY/ holds blocks.npy (uint32 [sequences, seq_len]), for chat and instruction formats labels.npy
+(int32, the same shape, -100 where not a target), and meta.json; KEY hashes the data files (paths, sizes,
+modification times), the tokenizer files' contents, --data-format, the text field, --long-examples and --seq-len.
 A second run with the same key starts without tokenising; a cache folder that does not read back is rebuilt
 (with a warning). The intermediate `datasets` tables live in a temporary folder beside it and go when it is done.
 """
@@ -44,12 +45,18 @@ class DataCache:
         return self.folder / "blocks.npy"
 
     @property
+    def labels_file(self) -> Optional[Path]:
+        """labels.npy, for the formats trained on some tokens only; None for text (every token is a target)."""
+        return None if self.meta["format"] == "text" else self.folder / "labels.npy"
+
+    @property
     def sequences(self) -> int:
         return int(self.meta["sequences"])
 
     def summary(self) -> dict:
-        """summary.json's `data`."""
-        return {**{k: self.meta[k] for k in SUMMARY}, "cache": str(self.folder)}
+        """summary.json's `data` (chat and instruction formats add `padding`: EOS tokens that fill blocks' ends)."""
+        padding = {"padding": self.meta["padding"]} if "padding" in self.meta else {}
+        return {**{k: self.meta[k] for k in SUMMARY}, **padding, "cache": str(self.folder)}
 
 
 def open_blocks(file: Path) -> np.ndarray:
@@ -57,25 +64,29 @@ def open_blocks(file: Path) -> np.ndarray:
     return np.load(file, mmap_mode="r")
 
 
-def cache_key(source_fingerprint: list, tokenizer_folder: Path, fmt: str, text_field: str, seq_len: int) -> str:
+def cache_key(source_fingerprint: list, tokenizer_folder: Path, fmt: str, text_field: str, seq_len: int,
+              long_examples: str = "truncate") -> str:
+    from shardlab.recipes.data_chat import DEFAULTS_KEY
+
     tokenizer = hashlib.sha256()
     for name in TOKENIZER_FILES:
         if (tokenizer_folder / name).is_file():
             tokenizer.update(name.encode() + b"\0" + (tokenizer_folder / name).read_bytes())
     spec = {"version": VERSION, "files": source_fingerprint, "tokenizer": tokenizer.hexdigest(), "format": fmt,
-            "field": text_field, "seq_len": seq_len}
+            "field": text_field, "seq_len": seq_len, "long_examples": long_examples, "templates": DEFAULTS_KEY}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def prepare_data(data: Optional[str], text_field: str, seq_len: int, tokenizer_folder: Path, workers: Optional[int],
-                 root: Path, fmt: str = "text") -> DataCache:
-    """The cache for this data, tokenizer, format and --seq-len: found, or built (one process builds, the others wait)."""
+                 root: Path, fmt: str = "text", long_examples: str = "truncate") -> DataCache:
+    """The cache for this data, tokenizer, --data-format, --long-examples and --seq-len: found, or built (one process
+    builds, the others wait)."""
     from shardlab.recipes import data as data_lib
     from shardlab.recipes.data_load import find_source
 
     trace.note("data")  # once per run, in the launching process: the ranks memory-map what it found or built
     source = find_source(data, data_lib.embedded_corpus_path())
-    key = cache_key(source.fingerprint(), tokenizer_folder, fmt, text_field, seq_len)
+    key = cache_key(source.fingerprint(), tokenizer_folder, fmt, text_field, seq_len, long_examples)
     final = root / "data" / key
     final.parent.mkdir(parents=True, exist_ok=True)
     with _locked(final.with_name(f".{key}.lock")):
@@ -87,7 +98,8 @@ def prepare_data(data: Optional[str], text_field: str, seq_len: int, tokenizer_f
             warnings.append(f"data cache {final} does not read back ({problem}); rebuilt it")
             shutil.rmtree(final, ignore_errors=True)
         t0 = time.perf_counter()
-        meta = _build(source, text_field, seq_len, tokenizer_folder, workers or default_workers(), fmt, final, key)
+        meta = _build(source, text_field, seq_len, tokenizer_folder, workers or default_workers(), fmt, long_examples,
+                      final, key)
         return DataCache(final, meta, built=True, seconds=time.perf_counter() - t0, warnings=warnings)
 
 
@@ -96,29 +108,26 @@ def default_workers() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def _build(source, text_field: str, seq_len: int, tokenizer_folder: Path, workers: int, fmt: str, final: Path,
-           key: str) -> dict:
+def _build(source, text_field: str, seq_len: int, tokenizer_folder: Path, workers: int, fmt: str, long_examples: str,
+           final: Path, key: str) -> dict:
     from transformers import AutoTokenizer
 
     from shardlab.recipes.data_load import load_documents
-    from shardlab.recipes.data_pack import pack, tokenise
 
     trace.note("tokenise")
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    where = "the shipped corpus" if source.given is None else source.given
     try:
-        docs = load_documents(source, text_field, tmp)
-        tokens, blank, used = tokenise(docs.parts, AutoTokenizer.from_pretrained(tokenizer_folder), workers)
-        if docs.dropped + blank == docs.records:
-            where = "the shipped corpus" if source.given is None else source.given
-            raise UserError(f"--data {where}: the files hold no text ({docs.records} documents, all empty); "
-                            f"give files with text")
-        counts = pack(tokens, seq_len, tmp / "blocks.npy")
-        meta = {"format": fmt, "records": docs.records, "dropped": docs.dropped + blank, **counts,
+        docs = load_documents(source, text_field, tmp, fmt)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+        build = _build_text if docs.format == "text" else _build_examples
+        counts, used, extra = build(docs, tokenizer, workers, seq_len, long_examples, tmp, where)
+        meta = {"format": docs.format, "records": docs.records, **counts,
                 "field": text_field, "seq_len": seq_len, "dtype": "uint32", "key": key, "data": source.given,
-                "workers": used}
-        del tokens, docs
+                "workers": used, "asked": fmt, "found": docs.found, **extra}
+        del docs
         shutil.rmtree(tmp / "hf", ignore_errors=True)  # the intermediate tables: only blocks.npy is read again
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         os.rename(tmp, final)
@@ -128,8 +137,40 @@ def _build(source, text_field: str, seq_len: int, tokenizer_folder: Path, worker
     return meta
 
 
+def _build_text(docs, tokenizer, workers: int, seq_len: int, long_examples: str, tmp: Path,
+                where: str) -> tuple[dict, int, dict]:
+    """Documents tokenised and packed into blocks.npy (recipes/data_pack.py): counts, processes used, nothing more."""
+    from shardlab.recipes.data_pack import pack, tokenise
+
+    tokens, blank, used = tokenise(docs.parts, tokenizer, workers)
+    if docs.dropped + blank == docs.records:
+        raise UserError(f"--data {where}: the files hold no text ({docs.records} documents, all empty); "
+                        f"give files with text")
+    return {**pack(tokens, seq_len, tmp / "blocks.npy"), "dropped": docs.dropped + blank}, used, {}
+
+
+def _build_examples(docs, tokenizer, workers: int, seq_len: int, long_examples: str, tmp: Path,
+                    where: str) -> tuple[dict, int, dict]:
+    """Chat or instruction examples rendered, masked and packed into blocks.npy and labels.npy: counts, processes used,
+    and what meta.json adds (the template, --long-examples)."""
+    from shardlab.recipes.data_chat import template_for, tokenise_examples
+    from shardlab.recipes.data_pack import pack_examples
+
+    template, template_name = template_for(tokenizer)
+    tables, used = tokenise_examples(docs.parts, docs.names, tokenizer, template, docs.format, workers)
+    pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    counts = pack_examples(tables, seq_len, pad, long_examples, tmp / "blocks.npy", tmp / "labels.npy")
+    if not counts["sequences"]:
+        why = ("longer than --seq-len under --long-examples drop; raise --seq-len or give --long-examples truncate"
+               if long_examples == "drop" else f"without an assistant token in their first {seq_len} tokens; raise --seq-len")
+        raise UserError(f"--data {where}: no example is left to train on: all {docs.records} {docs.format} examples are "
+                        f"{why}")
+    return counts, used, {"template": template_name, "long_examples": long_examples}
+
+
 def _read(folder: Path, seq_len: int) -> tuple[Optional[DataCache], str]:
-    """The cache in `folder` if it reads back whole (meta.json, and blocks.npy of the shape it says), else why not."""
+    """The cache in `folder` if it reads back whole (meta.json, and blocks.npy and any labels.npy of the shape it
+    says), else why not."""
     try:
         meta = json.loads((folder / "meta.json").read_text())
         missing = [k for k in (*SUMMARY, "seq_len") if k not in meta]
@@ -141,7 +182,15 @@ def _read(folder: Path, seq_len: int) -> tuple[Optional[DataCache], str]:
     want = (int(meta["sequences"]), seq_len)
     if blocks.shape != want or blocks.dtype != np.uint32:
         return None, f"blocks.npy is {blocks.dtype} {list(blocks.shape)}, meta.json says uint32 {list(want)}"
-    return DataCache(folder, meta), ""
+    found = DataCache(folder, meta)
+    if found.labels_file is not None:
+        try:
+            labels = open_blocks(found.labels_file)
+        except (OSError, ValueError) as e:
+            return None, f"labels.npy: {str(e).splitlines()[0][:160] if str(e) else type(e).__name__}"
+        if labels.shape != want or labels.dtype != np.int32:
+            return None, f"labels.npy is {labels.dtype} {list(labels.shape)}, meta.json says int32 {list(want)}"
+    return found, ""
 
 
 @contextmanager

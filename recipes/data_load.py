@@ -3,6 +3,7 @@
 A record of .jsonl/.json/.parquet/.csv (or a row of a save_to_disk folder) is a document: its --data-field column.
 A .txt/.md file is one document, read in pieces of about CHUNK characters cut at a line break: its pieces are
 tokenised one by one (in parallel, in bounded memory) and joined without EOS, only its last piece is followed by one.
+Chat and instruction records (--data-format, recipes/data_chat.py) are examples: their fields, one table per file.
 """
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ class Documents:
     """Documents read: records, plus one per text file."""
     dropped: int = 0
     """Documents without text (empty or whitespace only), not trained on."""
+    format: str = "text"
+    """text, or a format of recipes/data_chat.py FORMATS (what --data-format asked, or what auto found)."""
+    found: Optional[str] = None
+    """What --data-format auto found in the records' fields (None: it was given, or the data is text files)."""
+    names: list[str] = field(default_factory=list)
+    """Examples' parts: the file (or save_to_disk folder) each came from, for messages naming a record."""
 
 
 def find_source(path: Optional[str], embedded: Path) -> Source:
@@ -64,13 +71,20 @@ def find_source(path: Optional[str], embedded: Path) -> Source:
     return Source(path, files)
 
 
-def load_documents(source: Source, text_field: str, work: Path) -> Documents:
-    """Every document of the source as tables under `work` (arrow files), checked: the field is there and is text."""
+def load_documents(source: Source, text_field: str, work: Path, fmt: str = "text") -> Documents:
+    """Every document of the source as tables under `work` (arrow files), checked: the field is there and is text;
+    or, for a chat or instruction format (given, or found by fmt `auto`), every example, with the fields it needs."""
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     docs = Documents()
+    if fmt == "auto":
+        fmt, docs.found = _detect(source, text_field, work)
+    docs.format = fmt
+    if fmt != "text":
+        _add_examples(docs, source, fmt, work)
+        return docs
     if source.saved:
         _add_records(docs, _load_saved(source.given), text_field, source.given)
     else:
@@ -153,16 +167,36 @@ def _split(f) -> Iterator[str]:
         yield piece
 
 
-def _add_record_files(docs: Documents, builder: str, files: list[Path], text_field: str, work: Path) -> None:
+def _detect(source: Source, text_field: str, work: Path) -> tuple[str, Optional[str]]:
+    """--data-format auto: the format of the first records' fields, and the line that says so; text files: text."""
+    from shardlab.recipes.data_chat import detect, found_line
+
+    if source.saved:
+        columns = _load_saved(source.given).column_names
+    else:
+        first = next((f for f in source.files if BUILDERS[f.suffix.lower()] != "text"), None)
+        if first is None:
+            return "text", None
+        columns = _load_records(BUILDERS[first.suffix.lower()], [first], work).column_names
+    fmt = detect(columns)
+    return fmt, found_line(fmt, text_field)
+
+
+def _load_records(builder: str, files: list[Path], work: Path):
+    """The records of files of one builder, as one table; a file that does not read is named, with why."""
     import datasets
 
     try:
-        table = datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", cache_dir=str(work / "hf"))
+        return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", cache_dir=str(work / "hf"))
     except Exception as e:  # noqa: BLE001 - which file, and why, is found below
         if len(files) > 1:
             for f in files:  # the one that fails alone
-                _add_record_files(Documents(), builder, [f], text_field, work)
+                _load_records(builder, [f], work)
         raise _file_error(files[0], builder, e) from None
+
+
+def _add_record_files(docs: Documents, builder: str, files: list[Path], text_field: str, work: Path) -> None:
+    table = _load_records(builder, files, work)
     if len(files) > 1 and (text_field not in table.column_names or table.data.column(text_field).null_count):
         for f in files:  # name the file
             _add_record_files(Documents(), builder, [f], text_field, work)
@@ -189,6 +223,63 @@ def _add_records(docs: Documents, table, text_field: str, where: str) -> None:
         part = part.rename_column(text_field, "text")
     docs.parts.append(part)
     docs.records += len(part)  # blank records are counted by the tokeniser (they give no tokens)
+
+
+def _add_examples(docs: Documents, source: Source, fmt: str, work: Path) -> None:
+    """Chat or instruction records: one table per file, holding the fields `fmt` needs, checked."""
+    if source.saved:
+        tables = [(_load_saved(source.given), source.given)]
+    else:
+        tables = []
+        for f in source.files:
+            builder = BUILDERS[f.suffix.lower()]
+            if builder == "text":
+                raise UserError(f"--data {f}: a text file among {fmt} records; --data-format {fmt} reads records "
+                                f"(.jsonl, .json, .parquet, .csv); move it out of --data, or train on text alone")
+            tables.append((_load_records(builder, [f], work), str(f)))
+    for table, where in tables:
+        docs.parts.append(_example_fields(table, fmt, where))
+        docs.names.append(where)
+        docs.records += len(table)
+
+
+def _example_fields(table, fmt: str, where: str):
+    """The fields of `fmt` (recipes/data_chat.py COLUMNS, and alpaca's optional `input`) of a table, checked."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from shardlab.recipes.data_chat import COLUMNS
+
+    need = COLUMNS[fmt]
+    missing = [c for c in need if c not in table.column_names]
+    if missing:
+        raise UserError(f"--data {where}: its records have no {' or '.join(repr(c) for c in missing)} field "
+                        f"(they have: {', '.join(table.column_names) or 'nothing'}); --data-format {fmt} needs "
+                        f"{' and '.join(repr(c) for c in need)}: give --data-format with the format they hold (auto finds it)")
+    keep = [*need, *(["input"] if fmt == "alpaca" and "input" in table.column_names else [])]
+    for name in keep:
+        kind = table.data.column(name).type
+        if name == "messages":
+            item = kind.value_type if pa.types.is_list(kind) or pa.types.is_large_list(kind) else None
+            ok = (item is not None and pa.types.is_struct(item) and {"role", "content"} <= {f.name for f in item}
+                  and all(_is_text(item.field(f).type) for f in ("role", "content")))
+            what = "a list of {role, content} messages with text content"
+        else:
+            ok, what = _is_text(kind) or (name == "input" and pa.types.is_null(kind)), "text"
+        if not ok:
+            raise UserError(f"--data {where}: field '{name}' holds {table.features[name]}, not {what}; "
+                            f"give it {what}, or another --data-format")
+        column = table.data.column(name)
+        if column.null_count and name != "input":
+            first = pc.index(pc.is_null(column), True).as_py()
+            raise UserError(f"--data {where}: record {first + 1} has no '{name}' field; give it one or remove the record")
+    return table.select_columns(keep)
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def _load_saved(path: str):

@@ -3,7 +3,11 @@
 
 Packing (the `text` format): each document's tokens, then EOS, one document after another; cut into --seq-len
 blocks, the tail that fills no whole block dropped (recipes/data.py token_blocks is the same in memory).
-A format that masks labels (chat, instructions) adds a `labels` column here and a labels.npy beside blocks.npy.
+Packing examples (chat and instruction formats, recipes/data_chat.py): whole examples in order, each followed by EOS
+unless it ends with one, in a block while they fit (next fit); the rest of a block is EOS padding. An example never
+spans two blocks, so it is always trained with its whole prompt in view; one longer than --seq-len is cut to its
+first --seq-len tokens or left out (--long-examples). Their labels go to a labels.npy beside blocks.npy (int32, -100
+where not a target: prompts, separators, padding, and the first token of every example).
 """
 from __future__ import annotations
 
@@ -86,6 +90,102 @@ def pack(tokens: list, seq_len: int, out: Path) -> dict:
                             written += take
     assert written == want, (written, want)
     return {"sequences": sequences, "tokens": want, "label_tokens": want, "truncated": total - want}
+
+
+LABELS_DTYPE = np.int32
+"""Labels on disk: a token id, or -100 (recipes/data_chat.py IGNORE)."""
+
+
+class _NextFit:
+    """Where each example goes: whole examples, in order, into the current block while they fit, else a new one."""
+
+    def __init__(self, seq_len: int, drop_long: bool) -> None:
+        self.seq_len, self.drop_long = seq_len, drop_long
+        self.block, self.pos = 0, 0  # the block being filled, and how much of it is
+        self.truncated = self.dropped = 0
+
+    def place(self, length: int, first_label: int, sep: bool) -> Optional[tuple[int, int, int]]:
+        """(block, offset, tokens) of the next example, or None if it is left out: longer than --seq-len under
+        --long-examples drop, or with no target left within its first --seq-len tokens."""
+        take = length
+        if length > self.seq_len:
+            if self.drop_long or not 0 <= first_label < self.seq_len:
+                self.dropped += 1
+                return None
+            take, self.truncated = self.seq_len, self.truncated + 1
+        if self.pos + take > self.seq_len:
+            self.block, self.pos = self.block + 1, 0
+        where = (self.block, self.pos, take)
+        self.pos += take + (1 if sep and self.pos + take < self.seq_len else 0)  # the EOS separator, if there is room
+        return where
+
+    @property
+    def blocks(self) -> int:
+        return self.block + (1 if self.pos else 0)
+
+
+def pack_examples(tables: list, seq_len: int, pad: int, long_examples: str, blocks_out: Path, labels_out: Path) -> dict:
+    """Write the examples of recipes/data_chat.py tokenise_examples into blocks_out and labels_out (.npy, [sequences,
+    seq_len]) by next fit (see the module doc), padding with `pad` (EOS); return the counts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    plan = _NextFit(seq_len, long_examples == "drop")  # first pass: how many blocks, from three small columns
+    for t in tables:
+        lengths = pc.list_value_length(t.data.column("input_ids")).to_pylist()
+        for length, first, sep in zip(lengths, t.data.column("first_label").to_pylist(), t.data.column("sep").to_pylist()):
+            plan.place(length, first, sep)
+    sequences = plan.blocks
+    counts = {"sequences": sequences, "tokens": sequences * seq_len, "label_tokens": 0, "truncated": plan.truncated,
+              "dropped": plan.dropped, "padding": 0}
+    fit = _NextFit(seq_len, long_examples == "drop")
+    ids, labels = np.full(seq_len, pad, DTYPE), np.full(seq_len, -100, LABELS_DTYPE)  # the block being filled
+    current, used = 0, 0
+
+    with open(blocks_out, "wb") as fb, open(labels_out, "wb") as fl:
+        for f, dtype in ((fb, DTYPE), (fl, LABELS_DTYPE)):
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                     "fortran_order": False, "shape": (sequences, seq_len)})
+
+        def flush() -> None:
+            fb.write(ids.tobytes())
+            fl.write(labels.tobytes())
+            counts["label_tokens"] += int((labels != -100).sum())
+            counts["padding"] += seq_len - used
+            ids.fill(pad)
+            labels.fill(-100)
+
+        for t in tables:
+            for name in _arrow_files(t):
+                with pa.OSFile(name, "rb") as source:
+                    for batch in pa.ipc.open_stream(source):
+                        starts = _flat(batch.column("input_ids"))
+                        all_ids = batch.column("input_ids").flatten().to_numpy(zero_copy_only=False)
+                        all_labels = batch.column("labels").flatten().to_numpy(zero_copy_only=False)
+                        rows = zip(starts[:-1].tolist(), starts[1:].tolist(), batch.column("first_label").to_pylist(),
+                                   batch.column("sep").to_pylist())
+                        for start, end, first, sep in rows:
+                            where = fit.place(end - start, first, sep)
+                            if where is None:
+                                continue
+                            block, offset, take = where
+                            if block != current:
+                                flush()
+                                current, used = block, 0
+                            ids[offset:offset + take] = all_ids[start:start + take]
+                            labels[offset:offset + take] = all_labels[start:start + take]
+                            labels[offset] = -100  # never a target predicted from the example before it
+                            used = min(seq_len, offset + take + (1 if sep else 0))
+        if sequences:
+            flush()
+    assert fit.blocks == sequences, (fit.blocks, sequences)
+    return counts
+
+
+def _flat(column) -> np.ndarray:
+    """Where each row of a list column starts in its flattened values, and where the last ends."""
+    offsets = column.offsets.to_numpy()
+    return offsets - offsets[0]
 
 
 def _arrow_files(table) -> list[str]:

@@ -7,6 +7,12 @@ gradients. Here the output projection and the loss run per chunk of tokens under
 checkpointing, so at most one chunk's logits exist at a time (recomputed in backward); the loss is the
 same mean over the same tokens (summed per chunk in fp32).
 
+With labels (chat and instruction data) a token whose label is -100 is no target, and the loss is the targets' summed
+loss over a divisor the caller gives (recipes/module.py: so that an optimizer step's loss is the mean over the targets
+of its whole global batch), in all three paths: Hugging Face's own loss (`loss_function`, given `num_items_in_batch`
+as its Trainer does), the chunked head and Liger's fused one. Labels are aligned with input_ids, as Hugging Face's:
+the logits at position t are scored against the label at t + 1.
+
 It lives *inside* the `lm_head` module's forward so that every backend sees its weight used where it
 expects: ZeRO-3 gathers it around that call (and again for the recompute), FSDP2's root unit holds it
 unsharded. The module keeps its class's parameter names, so exports and checkpoints are unchanged.
@@ -30,6 +36,8 @@ class ChunkedLossHead(torch.nn.Linear):
     """An `lm_head` that returns the mean next-token loss while `targets` is set, else plain logits."""
 
     targets: Optional[torch.Tensor] = None
+    divisor: Optional[torch.Tensor] = None
+    """None: the mean over every target; else the targets' (labels other than -100) summed loss over it."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.targets is None:  # generation, export checks
@@ -37,10 +45,10 @@ class ChunkedLossHead(torch.nn.Linear):
         targets = self.targets[:, 1:].reshape(-1)  # token t predicts token t + 1, as HF's loss shifts
         hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
         total = hidden.new_zeros((), dtype=torch.float32)
-        for i in range(0, targets.numel(), CHUNK_TOKENS):
+        for i in range(0, targets.numel(), CHUNK_TOKENS):  # cross_entropy's ignore_index is -100
             total = total + checkpoint(_chunk_loss, hidden[i:i + CHUNK_TOKENS], self.weight,
                                        targets[i:i + CHUNK_TOKENS], use_reentrant=False)
-        return total / targets.numel()
+        return total / (targets.numel() if self.divisor is None else self.divisor)
 
 
 class FusedLossHead(ChunkedLossHead):
@@ -53,7 +61,9 @@ class FusedLossHead(ChunkedLossHead):
 
         targets = self.targets[:, 1:].reshape(-1)
         hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
-        return LigerFusedLinearCrossEntropyLoss()(self.weight, hidden, targets)
+        if self.divisor is None:
+            return LigerFusedLinearCrossEntropyLoss()(self.weight, hidden, targets)
+        return LigerFusedLinearCrossEntropyLoss(ignore_index=-100, reduction="sum")(self.weight, hidden, targets) / self.divisor
 
 
 def use_fused_loss(model: torch.nn.Module) -> None:
@@ -70,13 +80,22 @@ def use_chunked_loss(model: torch.nn.Module) -> None:
     model.lm_head.__class__ = ChunkedLossHead
 
 
-def causal_lm_loss(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """The mean next-token loss, through the chunked head if the model has one."""
+def causal_lm_loss(model: torch.nn.Module, input_ids: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                   divisor: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The next-token loss, through the chunked or fused head if the model has one: without labels the mean over
+    every token; with labels (-100: not a target) the targets' summed loss over `divisor`."""
     head = model.lm_head
     if not isinstance(head, ChunkedLossHead):
-        return model(input_ids=input_ids, labels=input_ids).loss
-    head.targets = input_ids
+        if labels is None:
+            return model(input_ids=input_ids, labels=input_ids).loss
+        # Hugging Face's causal-LM loss (it shifts the labels), summed over num_items_in_batch. Called on the logits
+        # rather than through forward(**kwargs), which would hand num_items_in_batch to every decoder layer.
+        logits = model(input_ids=input_ids).logits
+        return model.loss_function(logits=logits, labels=labels, vocab_size=logits.shape[-1], num_items_in_batch=divisor)
+    if labels is not None and divisor is None:
+        raise ValueError("labels need a divisor")
+    head.targets, head.divisor = (input_ids if labels is None else labels), divisor
     try:
         return model(input_ids=input_ids).logits  # the head returned the loss in place of logits
     finally:
-        head.targets = None
+        head.targets = head.divisor = None

@@ -64,7 +64,8 @@ class StepRecorder(pl.Callback):
         self.step_s.append(now - self._t0)
         self._t0 = now
         self.losses.append(float(loss))
-        tokens = pl_module.ctx.micro_batch_size * batch.shape[-1] * pl_module.ctx.grad_accum * pl_module.ctx.world_size
+        ids = batch["input_ids"] if isinstance(batch, dict) else batch  # chat and instruction data: a dict
+        tokens = pl_module.ctx.micro_batch_size * ids.shape[-1] * pl_module.ctx.grad_accum * pl_module.ctx.world_size
         metrics = {"loss": self.losses[-1], "lr": self._lr,
                    "step_s": self.step_s[-1], "tokens_per_s": tokens / self.step_s[-1]}
         for logger in trainer.loggers:  # rank-zero-only loggers: CSV and TensorBoard under OUTPUT/logs

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import lightning.pytorch as pl
 import torch
@@ -34,10 +34,23 @@ class LlamaModule(pl.LightningModule):
             use_chunked_loss(model)
         self.model = model
 
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        loss = causal_lm_loss(self.model, batch)
+    def training_step(self, batch: Union[torch.Tensor, dict], batch_idx: int) -> torch.Tensor:
+        if isinstance(batch, dict):  # chat or instruction data: targets where labels are not -100 (recipes/data.py)
+            loss = causal_lm_loss(self.model, batch["input_ids"], batch["labels"], self.divisor(batch["step_label_tokens"]))
+        else:  # text: every token
+            loss = causal_lm_loss(self.model, batch)
         self.last_loss = loss.detach()
         return loss
+
+    def divisor(self, step_label_tokens: torch.Tensor) -> torch.Tensor:
+        """What a micro-batch's summed target losses are divided by, so that the optimizer step's loss is the mean over
+        the targets of its whole global batch: those targets (N, the same in every item) over the step's
+        micro-batches (world size x accumulation), which Lightning (1/accumulation) and the backends' gradient
+        averaging (1/world size) divide out again. Every split of a global batch then gives it the same gradient (a
+        mean per micro-batch would weigh a target by how many share its micro-batch); Hugging Face's Trainer divides
+        by num_items_in_batch for the same reason. A global batch without targets gives loss 0."""
+        n = step_label_tokens[0].clamp(min=1).float()
+        return n / (self.ctx.world_size * self.ctx.grad_accum)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         # Through the strategy, not Lightning's clip_gradients: Lightning refuses fused AdamW there.

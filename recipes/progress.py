@@ -69,7 +69,8 @@ class StepProgress(ProgressBar):
         self._printed_at = now
         times = r.step_s[self._first:]
         recent = statistics.median((times[1:] if len(times) > 1 else times)[-10:])  # the first step warms up
-        tokens = batch.numel() * trainer.accumulate_grad_batches * trainer.world_size
+        ids = batch["input_ids"] if isinstance(batch, dict) else batch  # chat and instruction data: a dict
+        tokens = ids.numel() * trainer.accumulate_grad_batches * trainer.world_size
         text = line(step, trainer.max_steps, r.losses[-1], tokens / recent, recent * (trainer.max_steps - step))
         if tty:
             out.write("\r" + text.ljust(79) + ("\n" if last else ""))

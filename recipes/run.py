@@ -51,7 +51,9 @@ class Prepared:
     portable: bool = False
     """Resume from the checkpoint's portable copy: it was written by another strategy or world size."""
     data_note: str = ""
-    """What the launching process says of the data (recipes/run.py _data_line); the ranks do not say it."""
+    """What the launching process says of the data, a line or two (recipes/run.py _data_note); the ranks do not say it."""
+    labels: Optional[Path] = None
+    """Chat and instruction data: the labels of the blocks (.npy of int32, -100 where not a target), memory-mapped too."""
 
     @property
     def cfg(self) -> RunConfig:
@@ -62,7 +64,7 @@ class Prepared:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         torch.save({"run": self.run.model_dump_json(), "folder": str(self.folder), "blocks": str(self.blocks),
-                    "data": self.data,
+                    "data": self.data, "labels": str(self.labels) if self.labels else None,
                     "resume": str(self.resume) if self.resume else None, "portable": self.portable}, tmp)
         os.replace(tmp, path)
 
@@ -70,7 +72,8 @@ class Prepared:
     def load(cls, path: Path) -> "Prepared":
         d = torch.load(path, weights_only=True)
         return cls(run=ResolvedRun.model_validate_json(d["run"]), folder=Path(d["folder"]), blocks=Path(d["blocks"]),
-                   data=d["data"], resume=Path(d["resume"]) if d["resume"] else None, portable=bool(d.get("portable")))
+                   data=d["data"], resume=Path(d["resume"]) if d["resume"] else None, portable=bool(d.get("portable")),
+                   labels=Path(d["labels"]) if d.get("labels") else None)
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -84,7 +87,8 @@ def prepare(cfg: RunConfig) -> Prepared:
 
     model_cfg = AutoConfig.from_pretrained(folder)
     check_weights(folder, model_cfg)
-    data = prepare_data(c.data, c.data_field, c.seq_len, folder, c.data_workers, cache_dir())
+    data = prepare_data(c.data, c.data_field, c.seq_len, folder, c.data_workers, cache_dir(), c.data_format,
+                        c.long_examples)
     data_lib.check_enough(data.sequences, c.micro_batch_size, run.world_size, c.seq_len, c.grad_accum)
     run = run.model_copy(update={"warnings": [*run.warnings, *data.warnings]})
     resume, elsewhere = None, False
@@ -93,22 +97,28 @@ def prepare(cfg: RunConfig) -> Prepared:
 
         # an intact checkpoint (manifest checked) that continues this run, before any rank starts or OUTPUT changes
         resume, passed_over = checkpoint.resolve_resume(c.resume, Path(c.output))
-        elsewhere = checkpoint.check_resume(resume, checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg),
-                                            c.max_steps)
+        identity = checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg, data.meta["format"])
+        elsewhere = checkpoint.check_resume(resume, identity, c.max_steps)
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
     return Prepared(run=run, folder=folder, blocks=data.blocks_file, data=data.summary(), resume=resume,
-                    portable=bool(c.resume) and elsewhere, data_note=_data_line(data))
+                    portable=bool(c.resume) and elsewhere, data_note=_data_note(data), labels=data.labels_file)
 
 
-def _data_line(data: DataCache) -> str:
-    """What the announcement says of the data: its counts, and whether it was tokenised now or found tokenised."""
+def _data_note(data: DataCache) -> str:
+    """What the announcement says of the data: what --data-format auto found in records, its counts, and whether it
+    was tokenised now or found tokenised."""
     m = data.meta
     how = (f"tokenised in {data.seconds:.1f} s over {m['workers']} process(es) into" if data.built
            else "found tokenised in")
-    dropped = f", {m['dropped']} empty dropped" if m["dropped"] else ""
-    return (f"data: {m['sequences']} sequences of {m['seq_len']} tokens from {m['records']} document(s){dropped} "
-            f"({m['format']}); {how} {data.folder}")
+    found = f"--data-format auto: {m['found']}\n" if m.get("found") else ""
+    if m["format"] == "text":
+        dropped = f", {m['dropped']} empty dropped" if m["dropped"] else ""
+        return (f"{found}data: {m['sequences']} sequences of {m['seq_len']} tokens from {m['records']} document(s)"
+                f"{dropped} ({m['format']}); {how} {data.folder}")
+    return (f"{found}data: {m['sequences']} sequences of {m['seq_len']} tokens from {m['records']} {m['format']} "
+            f"example(s): {m['label_tokens']:,} assistant tokens trained on, {m['padding']:,} padding, {m['truncated']} "
+            f"cut to --seq-len, {m['dropped']} dropped; rendered with {m['template']}; {how} {data.folder}")
 
 
 def check_output(output: str) -> None:
@@ -144,6 +154,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     module = LlamaModule(model_source(p.folder), strategy, ctx, p.run.optimizer())
     recorder = StepRecorder()
     blocks = open_blocks(p.blocks)  # memory-mapped: this rank reads only the rows it trains on
+    labels = open_blocks(p.labels) if p.labels else None  # and the labels of those rows and of its global batches
     probe = torch.from_numpy(blocks[:2].astype("int64"))
     export = HFExport(str(p.folder), output, probe=probe, precision=ctx.precision) if cfg.export else None
     callbacks: list = [recorder]  # first: a checkpoint written at the same step carries that step's loss
@@ -151,7 +162,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     if cfg.checkpoint_every:
         from shardlab.recipes.checkpoint import PeriodicCheckpoint, run_identity
 
-        identity = run_identity(cfg, cfg.strategy, ctx.world_size, model_cfg)
+        identity = run_identity(cfg, cfg.strategy, ctx.world_size, model_cfg, p.data["format"])
         portable = cfg.portable_checkpoints and strategy.capabilities.portable_checkpoint
         callbacks.append(PeriodicCheckpoint(output / "checkpoints", cfg.checkpoint_every, cfg.keep_checkpoints, identity,
                                             portable=portable, model_folder=str(p.folder)))
@@ -180,7 +191,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     )
     t0 = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=data_lib.LlamaData(blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum),
+        trainer.fit(module, datamodule=data_lib.LlamaData(blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum, labels),
                     ckpt_path=ckpt_path)
     except torch.OutOfMemoryError as e:
         raise RunFailed(out_of_memory_advice(p, e)) from None
@@ -285,8 +296,8 @@ def main(args: argparse.Namespace) -> int:
     in_rank = ranks.launched_here()
     if not in_rank or (os.environ.get("LOCAL_RANK", "0") == "0" and ranks.LAUNCHED_ENV not in os.environ):
         announce(p.run)
-        if p.data_note:
-            print(f"shardlab: {p.data_note}", flush=True)
+        for line in p.data_note.splitlines():
+            print(f"shardlab: {line}", flush=True)
     if not in_rank and p.cfg.num_nodes == 1 and p.cfg.devices > 1:
         # one process per rank, watched: a rank that dies stops the others at once (recipes/ranks.py).
         # They read the prepared run from a file: nothing is probed, planned or tokenised again.

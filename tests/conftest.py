@@ -80,11 +80,17 @@ def short_corpus(tmp_path_factory) -> Path:
     return path
 
 
+# Chat data: 400 conversations of arithmetic (examples/chat/arithmetic.jsonl; 82 with a system turn, 44 with a second
+# question: at 64 tokens the first are left out, no answer starting within them, the others cut). The Llama-3 runs
+# below train on it.
+CHAT_DATA = Path(__file__).resolve().parents[1] / "examples" / "chat" / "arithmetic.jsonl"
+
 # Llama 3.x at tiny scale: tied embeddings, a 128,256-token vocabulary, rope_scaling llama3, 8 query heads per KV
-# head. test_parity.py trains it under every preset (train() keeps each run); test_reliability.py kills and resumes
+# head, on the chat data (trained on the assistant's tokens only; the two-question conversations cut to 64 tokens).
+# test_parity.py trains it under every preset (train() keeps each run); test_reliability.py kills and resumes
 # those runs; test_bad_input.py resumes from the ddp run's checkpoint.
 LLAMA3 = ("--model", "tiny-llama3", "--max-steps", "3", "--micro-batch-size", "2", "--seq-len", "64",
-          "--checkpoint-every", "2")
+          "--checkpoint-every", "2", "--data", str(CHAT_DATA))
 
 
 FAMILIES = ("ddp", "zero2", "zero3", "fsdp")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardlab.recipes.model import SHAPES
-from tests.conftest import LLAMA3
+from tests.conftest import CHAT_DATA, LLAMA3
 
 
 def _cases(tmp):
@@ -25,6 +25,11 @@ def _cases(tmp):
 
     pd.DataFrame({"body": ["x"]}).to_parquet(tmp / "nocol.parquet")
     (tmp / "nofield.jsonl").write_text('{"body": "x"}\n')
+    turn = lambda role, content: {"role": role, "content": content}  # noqa: E731
+    (tmp / "role.jsonl").write_text(json.dumps({"messages": [turn("user", "q"), turn("robot", "a")]}) + "\n")
+    (tmp / "noanswer.jsonl").write_text(json.dumps({"messages": [turn("user", "q"), turn("assistant", "a")]}) + "\n" +
+                                        json.dumps({"messages": [turn("system", "s"), turn("user", "q")]}) + "\n")
+    (tmp / "long.jsonl").write_text(json.dumps({"prompt": "p" * 300, "completion": "c"}) + "\n")
     (tmp / "bad.yaml").write_text("a: [\n")
     (tmp / "unknown.yaml").write_text("colour: red\n")
     return {
@@ -45,6 +50,12 @@ def _cases(tmp):
         "data workers 0": (["--data-workers", "0"], "--data-workers"),
         "data with no text": (["--data", tmp / "blank.txt"], "hold no text"),
         "corrupt jsonl": (["--data", tmp / "bad.jsonl"], "line 2 is not JSON"),
+        "chat with an unknown role": (["--data", tmp / "role.jsonl"], f"{tmp / 'role.jsonl'}: record 1: message 2 has role 'robot'"),
+        "chat without an assistant turn": (["--data", tmp / "noanswer.jsonl"], "record 2: its 'messages' have no assistant turn"),
+        "records without the format asked for": (["--data", tmp / "nofield.jsonl", "--data-format", "chat"],
+                                                 "its records have no 'messages' field (they have: body)"),
+        "every example dropped": (["--data", tmp / "long.jsonl", "--long-examples", "drop"], "no example is left to train on"),
+        "unknown data format": (["--data-format", "sharegpt"], "--data-format"),
         "missing data": (["--data", tmp / "nope.txt"], "no such file"),
         "zero devices": (["--devices", "0"], "--devices"),
         "fp16 on cpu": (["--precision", "16-mixed"], "fp16 training needs a GPU"),
@@ -138,7 +149,8 @@ def _across_commands(tmp, ck):
     config = json.loads((tmp / "mismatched" / "config.json").read_text())
     (tmp / "mismatched" / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
     run = ["run", "--accelerator", "cpu", "--devices", "2", "--max-steps", "6"]
-    llama3 = ["--model", "tiny-llama3", "--seq-len", "64"]  # the checkpoint's run, but for its micro-batch 2
+    # the checkpoint's run, but for its micro-batch 2
+    llama3 = ["--model", "tiny-llama3", "--seq-len", "64", "--data", CHAT_DATA]
     resume = run + llama3 + ["--micro-batch-size", "2"]
     return {
         # checkpoints and resume
@@ -201,7 +213,7 @@ def _across_commands(tmp, ck):
 
 
 def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, monkeypatch):
-    """With test_bad_run_inputs: 69 cases over run, plan, compare, launch, configs and checkpoints.
+    """With test_bad_run_inputs: 77 cases over run, plan, compare, launch, configs and checkpoints.
 
     The `recipe` entry point is called in this process (cli.main: what `recipe` runs, exit code as its
     return value): the same checks as a fresh process, without 28 interpreter start-ups."""

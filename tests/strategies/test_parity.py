@@ -72,5 +72,18 @@ def test_llama3_shape_every_preset_matches_ddp_and_exports_tied(train, strategy)
     assert diff < 1e-3
 
 
+def test_the_llama3_runs_train_on_chat_data_on_the_assistant_tokens_only(train):
+    """A real `recipe run` on chat records (the ddp run every preset above matches): --data-format auto finds them and
+    the launcher says so once, the loss covers the assistant's tokens only; conversations over --seq-len are cut to
+    it (two questions), or left out when no answer starts within it (a system turn, then a question)."""
+    run = train("ddp", *LLAMA3)
+    data = run["data"]
+    assert data["format"] == "chat" and data["records"] == 400 and data["truncated"] > 0 and data["dropped"] > 0
+    assert 0 < data["label_tokens"] < data["tokens"] / 4
+    found = "shardlab: --data-format auto: chat records ('messages'), trained on the assistant's tokens only"
+    assert run["log"].splitlines().count(found) == 1, run["log"][-3000:]
+    assert run["losses"][-1] < run["losses"][0]
+
+
 # Resuming the Llama-3 shape (the tie kept in every checkpoint format): test_reliability.py's kill -9 (zero3, fsdp)
 # and ddp resume tests start from these runs' checkpoints.
