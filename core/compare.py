@@ -118,6 +118,35 @@ def loss_parity(losses: dict[str, list[float]], precision: str) -> LossParity:
     return LossParity(tol, abs_d, rel_d, max(flat_abs), max(flat_rel), first[0], first[1], identical)
 
 
+def val_loss_parity(val_losses: dict[str, list[dict]], precision: str) -> Optional[dict[str, Any]]:
+    """The validation losses ({step, loss, tokens} each) against the first strategy's, with the training losses'
+    tolerance; None when the runs did not validate. The steps must be the same, as must the targets counted."""
+    names = list(val_losses)
+    if not any(val_losses.values()):
+        return None
+    ref = names[0]
+    steps = {n: [v["step"] for v in val_losses[n]] for n in names}
+    parity = loss_parity({n: [v["loss"] for v in val_losses[n]] for n in names}, precision)
+    other_steps = [n for n in names[1:] if steps[n] != steps[ref] or
+                   [v["tokens"] for v in val_losses[n]] != [v["tokens"] for v in val_losses[ref]]]
+    ok = parity.parity and not other_steps
+    if other_steps:
+        text = (f"validation DIVERGED: {', '.join(other_steps)} validated at other steps or over other targets than "
+                f"{ref} ({ref}: steps {steps[ref]})")
+    elif not ok:
+        at = steps[ref][parity.first_divergent_step - 1] if parity.first_divergent_step <= len(steps[ref]) else None
+        text = (f"validation DIVERGED: {parity.first_divergent_strategy} leaves {ref} at step {at} (tolerance "
+                f"{parity.tolerance:g} relative, max {parity.max_rel_loss_diff:.2e})")
+    elif len(parity.identical_to_reference) == len(names) - 1:
+        text = f"validation PARITY: {', '.join(names[1:])} identical to {ref} at steps {steps[ref]}"
+    else:
+        text = (f"validation PARITY: every validation loss within {parity.tolerance:g} relative of {ref} (max "
+                f"{parity.max_rel_loss_diff:.2e}) at steps {steps[ref]}")
+    return {"verdict": text, "parity": ok, "steps": steps[ref], "max_rel_loss_diff": parity.max_rel_loss_diff,
+            "max_abs_loss_diff": parity.max_abs_loss_diff, "tolerance": parity.tolerance,
+            "losses": {n: [v["loss"] for v in val_losses[n]] for n in names}, "rel_loss_diff": parity.rel_diff}
+
+
 def verdict(parity: LossParity, reference: str, others: list[str], suspects: list[str]) -> str:
     """The report's first line: parity or where it diverged; "identical" where the losses are equal bit for bit."""
     if not parity.parity:

@@ -35,6 +35,15 @@ class RunConfig(BaseModel):
     long_examples: Literal["truncate", "drop"] = "truncate"
     """Chat and instruction examples longer than --seq-len: cut to their first --seq-len tokens, or left out
     (summary.json's data counts both)."""
+    val_data: Optional[str] = None
+    """Validation data: a path of the kinds --data takes, read with the same --data-format, --data-field and
+    --long-examples and cached the same way; its loss is reported, never trained on. Not with --val-split."""
+    val_split: Optional[float] = Field(None, gt=0, le=0.5)
+    """Hold out this share of --data's blocks for validation (after packing: whole --seq-len blocks, chosen by a
+    permutation seeded by --seed, so the same blocks whatever the strategy or world size); the rest is trained on."""
+    val_every: Optional[int] = Field(None, ge=1)
+    """With --val-data or --val-split: the validation loss every N optimizer steps and after the last; default: after
+    the last step only."""
     data_workers: Optional[int] = Field(None, ge=1)
     """Processes that tokenise the data (once, in the launching process); default: one per CPU core, at most 8."""
     accelerator: Literal["cpu", "gpu", "auto"] = "auto"
@@ -81,7 +90,8 @@ class RunConfig(BaseModel):
     loss_scale_min: float = Field(1.0, gt=0)
     """16-mixed, DeepSpeed only: the scale never drops below this (GradScaler has no such knob)."""
     metrics: Literal["none", "csv", "tensorboard", "both"] = "csv"
-    """Per-step metrics (loss, lr, step time, tokens/s) to OUTPUT/logs: CSV, TensorBoard, both or none."""
+    """Per-step metrics (loss, lr, step time, tokens/s; val_loss where the run validates) to OUTPUT/logs: CSV,
+    TensorBoard, both or none."""
     grad_clip: float = Field(1.0, ge=0)
     """Clip gradients to this global norm; 0 turns clipping off."""
     activation_checkpointing: Optional[bool] = None
@@ -137,6 +147,12 @@ class RunConfig(BaseModel):
         if self.warmup_steps > self.max_steps:
             raise ValueError(f"--warmup-steps {self.warmup_steps} is more than --max-steps {self.max_steps}; "
                              "lower the warm-up or train longer")
+        if self.val_data is not None and self.val_split is not None:
+            raise ValueError(f"--val-data {self.val_data} and --val-split {self.val_split}: give one of them (a "
+                             "validation set of its own, or a share of --data held out)")
+        if self.val_every is not None and self.val_data is None and self.val_split is None:
+            raise ValueError(f"--val-every {self.val_every}: there is no validation set; give --val-data PATH or "
+                             "--val-split F too")
         return self
 
     @field_validator("micro_batch_size")

@@ -39,8 +39,10 @@ TMP_DIR = re.compile(r"^\.step-(\d{6,})\.tmp$")
 # Run fields a resume must keep: the numerics and the exact sequences of each optimizer step. The global batch
 # (micro-batch x accumulation x world size) must match too; how it is split may change (recipes/data.py), and
 # another strategy or world size resumes from the checkpoint's portable copy (recipes/portable.py).
-MUST_MATCH = ("precision", "seq_len", "seed", "data", "data_field", "data_format", "long_examples")
-WRITTEN_BEFORE = {"data_field": "text", "data_format": "text", "long_examples": "truncate"}  # checkpoints without the field
+# --val-split decides which blocks are trained on; --val-data changes nothing that is trained, and may change.
+MUST_MATCH = ("precision", "seq_len", "seed", "data", "data_field", "data_format", "long_examples", "val_split")
+WRITTEN_BEFORE = {"data_field": "text", "data_format": "text", "long_examples": "truncate",
+                  "val_split": None}  # checkpoints without the field
 # Whose file it is, for the message: rng-rank1.pt, FSDP2's __1_0.distcp, DeepSpeed's (bf16_)zero_pp_rank_1_...
 RANK_FILE = re.compile(r"^rng-rank(?P<rng>\d+)\.pt$|^__(?P<dcp>\d+)_\d+\.distcp$|^(?:bf16_)?zero_pp_rank_(?P<zero>\d+)_")
 # The manifest fingerprints each file by its size and the CRC32 of its first and last MiB, not by a
@@ -68,7 +70,7 @@ def run_identity(cfg, strategy: str, world_size: int, model_cfg, data_format: st
     return {"strategy": strategy, "world_size": world_size, "precision": cfg.precision,
             "micro_batch_size": cfg.micro_batch_size, "grad_accum": cfg.grad_accum, "seq_len": cfg.seq_len,
             "seed": cfg.seed, "data": cfg.data, "data_field": cfg.data_field, "data_format": data_format,
-            "long_examples": cfg.long_examples if data_format != "text" else "truncate",
+            "long_examples": cfg.long_examples if data_format != "text" else "truncate", "val_split": cfg.val_split,
             "model": str(cfg.model), "model_shape": shape}
 
 
@@ -209,8 +211,10 @@ def check_resume(path: Path, identity: dict[str, Any], max_steps: int) -> bool:
         written = meta.get(field, WRITTEN_BEFORE.get(field))
         if written != identity[field]:
             why = " (the numerics)" if field == "precision" else " (the sequences of each step depend on it)"
+            flag = f"--{field.replace('_', '-')}"
+            fix = f"leave {flag} out" if written is None else f"use {flag} {written}"
             raise UserError(f"--resume {path}: the checkpoint was written with {field} {written!r}{why}, "
-                            f"this run has {identity[field]!r}; use --{field.replace('_', '-')} {written}")
+                            f"this run has {identity[field]!r}; {fix}")
     batch = lambda m: int(m["micro_batch_size"]) * int(m["grad_accum"]) * int(m["world_size"])  # noqa: E731
     if batch(meta) != batch(identity):
         raise UserError(f"--resume {path}: the checkpoint's global batch is {batch(meta)} sequences per step "

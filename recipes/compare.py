@@ -113,14 +113,18 @@ def main(args: argparse.Namespace) -> int:
 
     # 3. Parity, performance, exports, suspects; then the report.
     parity = cmp.loss_parity({n: s["losses"] for n, s in summaries.items()}, alignment.precision)
+    val_parity = cmp.val_loss_parity({n: s.get("val_losses", []) for n, s in summaries.items()}, alignment.precision)
     suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()})
     metrics = _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out)
+    metrics["validation"] = val_parity
     write_json_atomic(out / "metrics.json", metrics)
     _plots(names, summaries, parity, metrics, out)
     from shardlab.recipes.compare_report import write_report
 
     write_report(out / "report.md", metrics)
     print(f"compare: {metrics['verdict']}")
+    if val_parity:
+        print(f"compare: {val_parity['verdict']}")
     print(f"compare: throughput {metrics['throughput']['note']}")
     print(f"compare: report {out / 'report.md'}")
     return 0
@@ -143,7 +147,9 @@ def _run_one(tag: str, cfg_file: Path, log_file: Path) -> int:
 
 def _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out) -> dict[str, Any]:
     ref = names[0]
-    weight_diff = {n: _weights_diff(summaries[ref]["hf_export"], summaries[n]["hf_export"]) for n in names[1:]}
+    # --no-export: no hf/ folders, so no final weights to compare (None in metrics.json, "-" in the report)
+    weight_diff = {n: _weights_diff(summaries[ref]["hf_export"], summaries[n]["hf_export"])
+                   if summaries[ref].get("hf_export") and summaries[n].get("hf_export") else None for n in names[1:]}
     verdict = cmp.verdict(parity, ref, names[1:], suspects)
     times = {n: cmp.step_times(s["step_s"]) for n, s in summaries.items()}
     speed = cmp.throughput(times, {n: s["tokens_per_s"] for n, s in summaries.items()})
@@ -161,7 +167,7 @@ def _metrics(names, summaries, parity, plans, alignment, before, suspects, args,
             "identical_to_reference": parity.identical(n),
             "peak_memory_bytes": s["peak_memory_bytes"], "final_loss": s["losses"][-1], "losses": s["losses"],
             "abs_loss_diff": parity.abs_diff.get(n), "rel_loss_diff": parity.rel_diff.get(n),
-            "max_abs_weight_diff": weight_diff.get(n, 0.0), "mfu": s.get("mfu"), "world_size": s["world_size"],
+            "max_abs_weight_diff": weight_diff[n] if n in weight_diff else 0.0, "mfu": s.get("mfu"), "world_size": s["world_size"],
             "hf_export": s["hf_export"], "device": s.get("device"),
         } for n, s in summaries.items()},
         "command": command, "output": str(out),

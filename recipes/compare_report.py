@@ -26,7 +26,7 @@ def write_report(path: Path, m: dict[str, Any]) -> None:
         lines.append(f"| {name} | {s['tokens_per_s']:,.0f} | {t['min_s']:.3f} / {t['median_s']:.3f} / {t['max_s']:.3f} "
                      f"({t['measured']}) | {s['step_time_spread']:.1%} | {peaks} | {s['final_loss']:.5f} | "
                      f"{diffs[0] if name != ref else '-'} | {diffs[1] if name != ref else '-'} | "
-                     f"{s['max_abs_weight_diff']:.2e} |")
+                     + (f"{s['max_abs_weight_diff']:.2e} |" if s['max_abs_weight_diff'] is not None else "- |"))
     lines += ["", f"Throughput {m['throughput']['note']}. Spread: (p90 - p10) / median of the step times after "
               f"warm-up; a ranking needs at least {MIN_MEASURED_STEPS} measured steps and a spread of at most "
               f"{MAX_STEP_SPREAD:.0%} for every strategy."]
@@ -42,6 +42,16 @@ def write_report(path: Path, m: dict[str, Any]) -> None:
             row.append("-" if i >= len(s["abs_loss_diff"]) else "identical" if s["abs_loss_diff"][i] == 0 else
                        f"{s['abs_loss_diff'][i]:.1e} / {s['rel_loss_diff'][i]:.1e}")
         lines.append(f"| {i + 1} | " + " | ".join(row) + " |")
+    val = m.get("validation")
+    if val:
+        lines += ["", "## Validation loss", "", f"**{val['verdict']}**", "",
+                  "| step | " + " | ".join(val["losses"]) + " | " + " | ".join(f"{n} - {ref} (relative)" for n in others) + " |",
+                  "|---" * (len(val["losses"]) + len(others) + 1) + "|"]
+        for i, step in enumerate(val["steps"]):
+            row = [f"{v[i]:.6f}" if i < len(v) else "-" for v in val["losses"].values()]
+            row += ["-" if i >= len(val["rel_loss_diff"][o]) else "identical" if val["rel_loss_diff"][o][i] == 0 else
+                    f"{val['rel_loss_diff'][o][i]:.1e}" for o in others]
+            lines.append(f"| {step} | " + " | ".join(row) + " |")
     lines += ["", "## Precision audit", "", "| strategy | compute | master weights | gradient reduction | optimizer states |",
               "|---|---|---|---|---|"]
     for name, a in m["audit"].items():

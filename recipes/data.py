@@ -42,9 +42,9 @@ Array = Union[torch.Tensor, np.ndarray]
 
 
 def _row(array: Array, i: int) -> torch.Tensor:
-    if isinstance(array, np.ndarray):
-        return torch.from_numpy(array[i].astype(np.int64))
-    return array[i]
+    if isinstance(array, torch.Tensor):
+        return array[i]
+    return torch.from_numpy(np.asarray(array[i]).astype(np.int64))  # an array, or its rows (recipes/validation.py Rows)
 
 
 class Blocks(Dataset):

@@ -32,15 +32,25 @@ class StepRecorder(pl.Callback):
         self.step_s: list[float] = []
         self.peaks: list[int] = []
         self.cpu_peaks: list[int] = []
+        self.val_losses: list[dict] = []
+        """{step, loss, tokens}: the validation loss after those steps (recipes/validation.py), over that many targets."""
         self._micro: list[torch.Tensor] = []
         self._t0 = 0.0
         self._lr = 0.0
 
     def state_dict(self) -> dict:  # in every checkpoint: a resumed run reports every step's loss
-        return {"losses": list(self.losses), "step_s": list(self.step_s)}
+        return {"losses": list(self.losses), "step_s": list(self.step_s), "val_losses": list(self.val_losses)}
 
     def load_state_dict(self, state: dict) -> None:
         self.losses, self.step_s = list(state["losses"]), list(state["step_s"])
+        self.val_losses = list(state.get("val_losses", []))  # none in checkpoints written before validation
+
+    def add_validation(self, trainer, step: int, loss: float, tokens: int, seconds: float) -> None:
+        """A validation loss after optimizer step `step`: kept, logged as val_loss, its time left out of step times."""
+        self.val_losses.append({"step": step, "loss": loss, "tokens": tokens})
+        self._t0 += seconds  # the next step's time starts when training resumes
+        for logger in trainer.loggers:
+            logger.log_metrics({"val_loss": loss}, step=step)
 
     def on_train_start(self, trainer, pl_module) -> None:
         if pl_module.device.type == "cuda":

@@ -42,6 +42,11 @@ class LlamaModule(pl.LightningModule):
         self.last_loss = loss.detach()
         return loss
 
+    def summed_loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The next-token losses of the targets (labels other than -100) summed, not averaged: validation adds them
+        over micro-batches and ranks before it divides (recipes/validation.py)."""
+        return causal_lm_loss(self.model, input_ids, labels, torch.ones((), device=input_ids.device))
+
     def divisor(self, step_label_tokens: torch.Tensor) -> torch.Tensor:
         """What a micro-batch's summed target losses are divided by, so that the optimizer step's loss is the mean over
         the targets of its whole global batch: those targets (N, the same in every item) over the step's

@@ -1,4 +1,4 @@
-"""The line a run shows while it trains, from global rank 0: step N/max, loss, tokens/s, time left.
+"""The line a run shows while it trains, from global rank 0: step N/max, loss, validation loss, tokens/s, time left.
 
 It replaces Lightning's progress bar, whose "Epoch 0/-2" says nothing in a run counted in steps (max_epochs=-1).
 On a terminal the line is rewritten in place after every optimizer step; in a log or a pipe (`recipe compare`
@@ -35,9 +35,12 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def line(step: int, max_steps: int, loss: float, tokens_per_s: float, left_s: Optional[float]) -> str:
+def line(step: int, max_steps: int, loss: float, tokens_per_s: float, left_s: Optional[float],
+         val: Optional[dict] = None) -> str:
+    """val: the newest validation loss ({step, loss}), shown with its step when it is an earlier one."""
     left = "done" if step >= max_steps else f"{duration(left_s)} left" if left_s is not None else "time left unknown"
-    return f"{STEP}{step}/{max_steps}  loss {loss:.4f}  {tokens_per_s:,.0f} tokens/s  {left}"
+    shown = "" if val is None else f"  val {val['loss']:.4f}" + ("" if val["step"] == step else f" (step {val['step']})")
+    return f"{STEP}{step}/{max_steps}  loss {loss:.4f}{shown}  {tokens_per_s:,.0f} tokens/s  {left}"
 
 
 class StepProgress(ProgressBar):
@@ -64,14 +67,16 @@ class StepProgress(ProgressBar):
         self._shown = step
         out = self.stream or sys.stdout
         tty, now, last = out.isatty(), time.monotonic(), step >= trainer.max_steps
-        if not (tty or last or step == self._first + 1 or now - self._printed_at >= self.interval_s):
+        val = r.val_losses[-1] if r.val_losses else None
+        validated = val is not None and val["step"] == step  # a validation step's line is always printed
+        if not (tty or last or validated or step == self._first + 1 or now - self._printed_at >= self.interval_s):
             return
         self._printed_at = now
         times = r.step_s[self._first:]
         recent = statistics.median((times[1:] if len(times) > 1 else times)[-10:])  # the first step warms up
         ids = batch["input_ids"] if isinstance(batch, dict) else batch  # chat and instruction data: a dict
         tokens = ids.numel() * trainer.accumulate_grad_batches * trainer.world_size
-        text = line(step, trainer.max_steps, r.losses[-1], tokens / recent, recent * (trainer.max_steps - step))
+        text = line(step, trainer.max_steps, r.losses[-1], tokens / recent, recent * (trainer.max_steps - step), val)
         if tty:
             out.write("\r" + text.ljust(79) + ("\n" if last else ""))
             self._open = not last

@@ -21,6 +21,7 @@ from shardlab.recipes.data_cache import DataCache, open_blocks, prepare_data
 from shardlab.recipes.data_load import find_source
 from shardlab.recipes.model import cache_dir, flops_per_token, initial_folder
 from shardlab.recipes.resolve import resolve_run
+from shardlab.recipes.validation import Validation, prepare_validation, split_for_validation, validation_flag
 from shardlab.recipes.weights import check_weights, model_source
 
 # Dense bf16 peak per GPU for MFU (vendor datasheets; H200 has the H100's compute).
@@ -54,6 +55,9 @@ class Prepared:
     """What the launching process says of the data, a line or two (recipes/run.py _data_note); the ranks do not say it."""
     labels: Optional[Path] = None
     """Chat and instruction data: the labels of the blocks (.npy of int32, -100 where not a target), memory-mapped too."""
+    val_blocks: Optional[Path] = None
+    """--val-data: its blocks (cached as --data's); --val-split holds out rows of `blocks` instead (recipes/validation.py)."""
+    val_labels: Optional[Path] = None
 
     @property
     def cfg(self) -> RunConfig:
@@ -65,6 +69,8 @@ class Prepared:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         torch.save({"run": self.run.model_dump_json(), "folder": str(self.folder), "blocks": str(self.blocks),
                     "data": self.data, "labels": str(self.labels) if self.labels else None,
+                    "val_blocks": str(self.val_blocks) if self.val_blocks else None,
+                    "val_labels": str(self.val_labels) if self.val_labels else None,
                     "resume": str(self.resume) if self.resume else None, "portable": self.portable}, tmp)
         os.replace(tmp, path)
 
@@ -73,7 +79,9 @@ class Prepared:
         d = torch.load(path, weights_only=True)
         return cls(run=ResolvedRun.model_validate_json(d["run"]), folder=Path(d["folder"]), blocks=Path(d["blocks"]),
                    data=d["data"], resume=Path(d["resume"]) if d["resume"] else None, portable=bool(d.get("portable")),
-                   labels=Path(d["labels"]) if d.get("labels") else None)
+                   labels=Path(d["labels"]) if d.get("labels") else None,
+                   val_blocks=Path(d["val_blocks"]) if d.get("val_blocks") else None,
+                   val_labels=Path(d["val_labels"]) if d.get("val_labels") else None)
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -82,6 +90,9 @@ def prepare(cfg: RunConfig) -> Prepared:
     c = run.config
     check_output(c.output)
     find_source(c.data, data_lib.embedded_corpus_path())  # before building weights: cheap failures first
+    if c.val_data is not None:
+        with validation_flag():
+            find_source(c.val_data, data_lib.embedded_corpus_path())
     folder = initial_folder(c.model, c.seed)
     from transformers import AutoConfig
 
@@ -90,7 +101,9 @@ def prepare(cfg: RunConfig) -> Prepared:
     data = prepare_data(c.data, c.data_field, c.seq_len, folder, c.data_workers, cache_dir(), c.data_format,
                         c.long_examples)
     data_lib.check_enough(data.sequences, c.micro_batch_size, run.world_size, c.seq_len, c.grad_accum)
-    run = run.model_copy(update={"warnings": [*run.warnings, *data.warnings]})
+    validation, val = prepare_validation(c, data.sequences, folder, run.world_size)
+    summary = {**data.summary(), **({"validation": validation} if validation else {})}
+    run = run.model_copy(update={"warnings": [*run.warnings, *data.warnings, *(val.warnings if val else [])]})
     resume, elsewhere = None, False
     if c.resume:
         from shardlab.recipes import checkpoint
@@ -101,8 +114,19 @@ def prepare(cfg: RunConfig) -> Prepared:
         elsewhere = checkpoint.check_resume(resume, identity, c.max_steps)
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
-    return Prepared(run=run, folder=folder, blocks=data.blocks_file, data=data.summary(), resume=resume,
-                    portable=bool(c.resume) and elsewhere, data_note=_data_note(data), labels=data.labels_file)
+    note = _data_note(data) + ("".join(f"\nvalidation: {line}" for line in _data_note(val).splitlines()) if val
+                               else _split_note(c.val_split, summary))
+    return Prepared(run=run, folder=folder, blocks=data.blocks_file, data=summary, resume=resume,
+                    portable=bool(c.resume) and elsewhere, data_note=note, labels=data.labels_file,
+                    val_blocks=val.blocks_file if val else None, val_labels=val.labels_file if val else None)
+
+
+def _split_note(fraction: Optional[float], summary: dict) -> str:
+    if fraction is None:
+        return ""
+    v = summary["validation"]
+    return (f"\nvalidation: --val-split {fraction}: {v['sequences']} of the {summary['sequences']} sequences held out "
+            f"(seeded by --seed), {v['trained_sequences']} trained on")
 
 
 def _data_note(data: DataCache) -> str:
@@ -155,9 +179,14 @@ def train(p: Prepared) -> dict[str, Any] | None:
     recorder = StepRecorder()
     blocks = open_blocks(p.blocks)  # memory-mapped: this rank reads only the rows it trains on
     labels = open_blocks(p.labels) if p.labels else None  # and the labels of those rows and of its global batches
+    # --val-split: training on the rows it leaves, validation on the rows it holds out; --val-data: its own blocks
+    train_blocks, train_labels, val = split_for_validation(blocks, labels, cfg.val_split, cfg.seed, p.val_blocks,
+                                                           p.val_labels)
     probe = torch.from_numpy(blocks[:2].astype("int64"))
     export = HFExport(str(p.folder), output, probe=probe, precision=ctx.precision) if cfg.export else None
     callbacks: list = [recorder]  # first: a checkpoint written at the same step carries that step's loss
+    if val is not None:  # after the recorder, before the progress line and any checkpoint of the same step
+        callbacks.append(Validation(val, recorder, cfg.val_every, cfg.micro_batch_size))
     callbacks.append(StepProgress(recorder))  # step N/max, loss, tokens/s, time left; instead of Lightning's bar
     if cfg.checkpoint_every:
         from shardlab.recipes.checkpoint import PeriodicCheckpoint, run_identity
@@ -191,7 +220,8 @@ def train(p: Prepared) -> dict[str, Any] | None:
     )
     t0 = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=data_lib.LlamaData(blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum, labels),
+        trainer.fit(module, datamodule=data_lib.LlamaData(train_blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum,
+                                                                    train_labels),
                     ckpt_path=ckpt_path)
     except torch.OutOfMemoryError as e:
         raise RunFailed(out_of_memory_advice(p, e)) from None
@@ -200,7 +230,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     tokens_per_s = tokens_per_step / recorder.median_step_s()
     summary = {
         "strategy": cfg.strategy, "world_size": ctx.world_size, "precision": ctx.precision,
-        "losses": recorder.losses, "tokens_per_s": tokens_per_s, "peak_memory_bytes": recorder.peaks,
+        "losses": recorder.losses, "val_losses": recorder.val_losses, "tokens_per_s": tokens_per_s, "peak_memory_bytes": recorder.peaks,
         "peak_cpu_bytes": recorder.cpu_peaks,
         "wall_s": wall, "hf_export": str(output / "hf") if export else None, "step_s": recorder.step_s,
         "mfu": _mfu(tokens_per_s / ctx.world_size, model_cfg, cfg.seq_len, ctx),
@@ -327,7 +357,8 @@ def main(args: argparse.Namespace) -> int:
     if not in_rank:
         _leave_process_group()
     if summary is not None:  # global rank 0
-        print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}, "
+        val = f", validation loss {summary['val_losses'][-1]['loss']:.4f}" if summary["val_losses"] else ""
+        print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}{val}, "
               f"{summary['tokens_per_s']:.0f} tokens/s, summary {Path(p.cfg.output) / 'summary.json'}")
     if in_rank:
         ranks.finish_rank()

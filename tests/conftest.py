@@ -86,11 +86,12 @@ def short_corpus(tmp_path_factory) -> Path:
 CHAT_DATA = Path(__file__).resolve().parents[1] / "examples" / "chat" / "arithmetic.jsonl"
 
 # Llama 3.x at tiny scale: tied embeddings, a 128,256-token vocabulary, rope_scaling llama3, 8 query heads per KV
-# head, on the chat data (trained on the assistant's tokens only; the two-question conversations cut to 64 tokens).
-# test_parity.py trains it under every preset (train() keeps each run); test_reliability.py kills and resumes
-# those runs; test_bad_input.py resumes from the ddp run's checkpoint.
+# head, on the chat data (trained on the assistant's tokens only; the two-question conversations cut to 64 tokens),
+# a twentieth of its blocks held out and validated on after step 2 (then the checkpoint) and after the last. test_parity.py trains it under every preset
+# (train() keeps each run); test_reliability.py kills and resumes those runs; test_bad_input.py resumes from the ddp
+# run's checkpoint.
 LLAMA3 = ("--model", "tiny-llama3", "--max-steps", "3", "--micro-batch-size", "2", "--seq-len", "64",
-          "--checkpoint-every", "2", "--data", str(CHAT_DATA))
+          "--checkpoint-every", "2", "--data", str(CHAT_DATA), "--val-split", "0.05", "--val-every", "2")
 
 
 FAMILIES = ("ddp", "zero2", "zero3", "fsdp")

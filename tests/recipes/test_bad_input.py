@@ -57,6 +57,15 @@ def _cases(tmp):
         "every example dropped": (["--data", tmp / "long.jsonl", "--long-examples", "drop"], "no example is left to train on"),
         "unknown data format": (["--data-format", "sharegpt"], "--data-format"),
         "missing data": (["--data", tmp / "nope.txt"], "no such file"),
+        "missing validation data": (["--val-data", tmp / "nope.txt"], f"--val-data {tmp / 'nope.txt'}: no such file"),
+        "bad validation data": (["--val-data", tmp / "bad.jsonl"], f"--val-data {tmp / 'bad.jsonl'}: line 2 is not JSON"),
+        "validation data and split": (["--val-data", CHAT_DATA, "--val-split", "0.1"],
+                                      f"--val-data {CHAT_DATA} and --val-split 0.1: give one of them"),
+        "validation split too large": (["--val-split", "0.6"], "--val-split: Input should be less than or equal to 0.5"),
+        "validation every without a set": (["--val-every", "5"], "--val-every 5: there is no validation set"),
+        "too little data to hold out": (["--micro-batch-size", "500", "--val-split", "0.5"],
+                                        "--val-split 0.5: --data gives 1410 blocks of 128 tokens; holding out 705 for "
+                                        "validation leaves 705 to train on, but one optimizer step needs 1000"),
         "zero devices": (["--devices", "0"], "--devices"),
         "fp16 on cpu": (["--precision", "16-mixed"], "fp16 training needs a GPU"),
         "unknown precision": (["--precision", "fp8"], "--precision"),
@@ -150,7 +159,7 @@ def _across_commands(tmp, ck):
     (tmp / "mismatched" / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
     run = ["run", "--accelerator", "cpu", "--devices", "2", "--max-steps", "6"]
     # the checkpoint's run, but for its micro-batch 2
-    llama3 = ["--model", "tiny-llama3", "--seq-len", "64", "--data", CHAT_DATA]
+    llama3 = ["--model", "tiny-llama3", "--seq-len", "64", "--data", CHAT_DATA, "--val-split", "0.05"]
     resume = run + llama3 + ["--micro-batch-size", "2"]
     return {
         # checkpoints and resume
@@ -166,6 +175,9 @@ def _across_commands(tmp, ck):
                                             "--micro-batch-size 2"),
         "resume with another world size": (["run", "--accelerator", "cpu", "--devices", "1", "--max-steps", "6", *llama3,
                                             "--micro-batch-size", "2", "--resume", ck["ddp"]], "use --grad-accum 2"),
+        "resume without the checkpoint's validation split": (
+            run + llama3[:-2] + ["--micro-batch-size", "2", "--resume", ck["ddp"]],
+            "written with val_split 0.05 (the sequences of each step depend on it), this run has None; use --val-split 0.05"),
         "resume past max-steps": (run[:-2] + ["--max-steps", "2", *llama3, "--micro-batch-size", "2", "--resume", ck["ddp"]],
                                   "raise --max-steps"),
         "resume from a file, not a folder": (run + ["--resume", ck["ddp"] / "meta.json"], "no such checkpoint folder"),

@@ -128,8 +128,10 @@ def test_alignment_of_the_real_plans_gives_both_fp32_masters():
 
 
 def test_no_align_flags_dtype_mismatches(recipe, tmp_path):
-    raw = _compare(recipe, tmp_path / "raw", "--strategies", "ddp,zero3", "--precision", "bf16-true", "--no-align")
+    raw = _compare(recipe, tmp_path / "raw", "--strategies", "ddp,zero3", "--precision", "bf16-true", "--no-align",
+                   "--no-export")
     assert raw["precision"] == "bf16-true"
+    assert raw["strategies"]["zero3"]["max_abs_weight_diff"] is None  # --no-export: no final weights to compare
     assert any(s.startswith("master differs") for s in raw["suspects"])
     assert "master differs" in (tmp_path / "raw" / "report.md").read_text()
     assert all(math.isfinite(x) for x in raw["strategies"]["zero3"]["losses"])  # zero3 trains in bf16-true
@@ -137,3 +139,26 @@ def test_no_align_flags_dtype_mismatches(recipe, tmp_path):
 
 # Refusals before any run (one strategy, the same one twice, an unknown one; nothing written to --output):
 # test_bad_input.py's "compare: ..." cases.
+
+
+def test_validation_loss_parity_in_the_verdict_and_the_report(tmp_path):
+    """The runs' val_losses against the first strategy's, with the training losses' tolerance; in-process, as
+    recipes/compare.py computes and writes them (the runs' own validation losses: test_parity.py)."""
+    from shardlab.core import compare as cmp
+    from shardlab.recipes.compare_report import write_report
+
+    val = lambda *losses: [{"step": s, "loss": x, "tokens": 456} for s, x in zip((2, 4), losses)]  # noqa: E731
+    assert cmp.val_loss_parity({"ddp": [], "fsdp": []}, "32-true") is None  # no validation, nothing said
+    close = cmp.val_loss_parity({"ddp": val(3.0, 2.5), "zero3": val(3.0, 2.5), "fsdp": val(3.00001, 2.5)}, "32-true")
+    assert close["parity"] and close["verdict"] == ("validation PARITY: every validation loss within 1e-05 relative of "
+                                                    "ddp (max 3.33e-06) at steps [2, 4]")
+    far = cmp.val_loss_parity({"ddp": val(3.0, 2.5), "fsdp": val(3.0, 2.6)}, "32-true")
+    assert not far["parity"] and far["verdict"].startswith("validation DIVERGED: fsdp leaves ddp at step 4")
+    other_steps = cmp.val_loss_parity({"ddp": val(3.0, 2.5), "fsdp": val(3.0)}, "32-true")
+    assert not other_steps["parity"] and "validated at other steps" in other_steps["verdict"]
+    m = _metrics({n: [5.0, 4.0, 3.5] for n in ("ddp", "zero3", "fsdp")}, {n: [1.0] * 20 for n in ("ddp", "zero3", "fsdp")})
+    write_report(tmp_path / "report.md", {**m, "validation": close})
+    report = (tmp_path / "report.md").read_text()
+    assert "## Validation loss" in report and f"**{close['verdict']}**" in report
+    assert "| 2 | 3.000000 | 3.000000 | 3.000010 | identical | 3.3e-06 |" in report
+    assert "| 4 | 2.500000 | 2.500000 | 2.500000 | identical | identical |" in report

@@ -31,6 +31,11 @@ def test_progress_line_reads_step_loss_throughput_and_time_left():
 
     assert progress.line(3, 200, 5.43219, 13543.4, 125.0) == "shardlab: step 3/200  loss 5.4322  13,543 tokens/s  2m05s left"
     assert progress.line(200, 200, 2.1, 9000, 0.0).endswith("9,000 tokens/s  done")
+    # the newest validation loss: on its own step's line, then with the step it was taken at
+    assert progress.line(50, 200, 5.43219, 13543.4, 125.0, {"step": 50, "loss": 5.61234}) == \
+        "shardlab: step 50/200  loss 5.4322  val 5.6123  13,543 tokens/s  2m05s left"
+    assert "loss 5.4322  val 5.6123 (step 50)  13,543 tokens/s" in progress.line(51, 200, 5.43219, 13543.4, 1.0,
+                                                                                {"step": 50, "loss": 5.61234})
     assert [progress.duration(s) for s in (4.6, 59, 61, 3 * 3600 + 7 * 60 + 5)] == ["5s", "59s", "1m01s", "3h07m"]
     assert progress.is_progress("shardlab: step 3/200  loss 5.4322") and not progress.is_progress("shardlab: zero3 on")
 

@@ -101,6 +101,10 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(strategy, train, cach
     assert len(summary["losses"]) == 3  # steps before the kill come from the checkpoint
     assert summary["losses"][:killed_at] == reference["losses"][:killed_at]
     assert rel_diff(summary["losses"][killed_at:], reference["losses"][killed_at:]) <= 1e-5
+    # validation losses too (LLAMA3 validates at step 2, before its checkpoint, and 3): step 2's from the checkpoint
+    val, ref_val = summary["val_losses"], reference["val_losses"]
+    assert [v["step"] for v in val] == [2, 3] and val[0] == ref_val[0]
+    assert rel_diff([v["loss"] for v in val], [v["loss"] for v in ref_val]) <= 1e-5
 
 
 def test_ddp_resumes_with_the_uninterrupted_losses(train, recipe, tmp_path):
@@ -108,8 +112,11 @@ def test_ddp_resumes_with_the_uninterrupted_losses(train, recipe, tmp_path):
     resumed = recipe("run", "--strategy", "ddp", "--output", tmp_path / "r", *CPU, *LLAMA3,
                      "--resume", Path(full["output"]) / "checkpoints" / "step-000002")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    losses = json.loads((tmp_path / "r" / "summary.json").read_text())["losses"]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    losses = summary["losses"]
     assert losses[:2] == full["losses"][:2] and rel_diff(losses[2:], full["losses"][2:]) <= 1e-5
+    assert summary["val_losses"][0] == full["val_losses"][0]  # step 2's, from the checkpoint
+    assert rel_diff([v["loss"] for v in summary["val_losses"]], [v["loss"] for v in full["val_losses"]]) <= 1e-5
 
 
 def test_checkpoints_keep_the_last_k_and_zero2_resumes_under_accumulation_across_an_epoch(

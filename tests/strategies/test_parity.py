@@ -58,6 +58,10 @@ PRESETS = ["zero2", "zero2_offload", "zero3", "zero3_offload", "zero3_offload_al
 def test_llama3_shape_every_preset_matches_ddp_and_exports_tied(train, strategy):
     ddp, other = train("ddp", *LLAMA3), train(strategy, *LLAMA3)
     assert rel_diff(other["losses"], ddp["losses"]) < 1e-5
+    # validated at steps 2 and 3 on the held-out twentieth (--val-split 0.05 --val-every 2): the same targets and losses
+    assert [(v["step"], v["tokens"]) for v in other["val_losses"]] == [(v["step"], v["tokens"]) for v in ddp["val_losses"]]
+    assert [v["step"] for v in ddp["val_losses"]] == [2, 3] and ddp["val_losses"][0]["tokens"] > 0
+    assert rel_diff([v["loss"] for v in other["val_losses"]], [v["loss"] for v in ddp["val_losses"]]) < 1e-5
     assert other["export_check"]["max_abs_logit_diff"] <= 1e-4
     folder = Path(other["hf_export"])
     assert json.loads((folder / "config.json").read_text())["tie_word_embeddings"] is True
@@ -83,6 +87,13 @@ def test_the_llama3_runs_train_on_chat_data_on_the_assistant_tokens_only(train):
     found = "shardlab: --data-format auto: chat records ('messages'), trained on the assistant's tokens only"
     assert run["log"].splitlines().count(found) == 1, run["log"][-3000:]
     assert run["losses"][-1] < run["losses"][0]
+    # the validation blocks are held out of training: 318 blocks, ceil(0.05 x 318) = 16 validated, 302 trained on
+    assert data["sequences"] == 318 and data["validation"] == {"source": "--val-split 0.05", "sequences": 16,
+                                                               "trained_sequences": 302}
+    assert run["val_losses"][-1]["loss"] < run["val_losses"][0]["loss"]
+    assert "shardlab: validation: --val-split 0.05: 16 of the 318 sequences held out (seeded by --seed), 302 trained on" \
+        in run["log"].splitlines()
+    assert any(line.startswith("shardlab: step 3/3  loss ") and "  val " in line for line in run["log"].splitlines())
 
 
 # Resuming the Llama-3 shape (the tie kept in every checkpoint format): test_reliability.py's kill -9 (zero3, fsdp)
