@@ -36,3 +36,39 @@ def test_compile_and_chunked_loss_keep_fsdp_losses(train):
     fast = train("fsdp", *shape, "--compile", "--chunked-loss")
     assert rel_diff(fast["losses"], plain["losses"]) < 1e-5
     assert fast["memory_estimate"]["parts"]["logits"] < plain["memory_estimate"]["parts"]["logits"] / 1.9
+
+
+# Labels in the loss (recipes/loss.py, recipes/module.py): the targets' summed loss over the whole global batch's targets.
+def _liger_on_cuda() -> bool:
+    import importlib.util
+
+    return torch.cuda.is_available() and importlib.util.find_spec("liger_kernel") is not None
+
+
+@pytest.mark.parametrize("head", ["hf", "chunked", pytest.param("fused", marks=pytest.mark.skipif(
+    not _liger_on_cuda(), reason="Liger's fused loss runs on CUDA with liger-kernel installed"))])
+def test_labels_are_the_targets_of_the_loss_after_the_shift(head):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from shardlab.recipes import loss as loss_lib
+
+    torch.manual_seed(0)
+    device = "cuda" if head == "fused" else "cpu"
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                         num_key_value_heads=2, vocab_size=97)).to(device)
+    ids = torch.randint(0, 97, (3, 17), device=device)
+    targets = torch.rand(3, 17, device=device) < 0.4
+    labels = torch.where(targets, ids, torch.full_like(ids, -100))
+    with torch.no_grad():  # position t's logits score token t + 1, where it is a target
+        logp = torch.log_softmax(model(input_ids=ids).logits.float(), -1)
+    want = -sum(logp[b, t, ids[b, t + 1]] for b in range(3) for t in range(16) if targets[b, t + 1]) / 7.5
+    if head == "chunked":
+        loss_lib.use_chunked_loss(model)
+    elif head == "fused":
+        loss_lib.use_fused_loss(model)
+    divisor = torch.tensor(7.5, device=device)
+    loss = loss_lib.causal_lm_loss(model, ids, labels, divisor)
+    assert torch.allclose(loss, want, rtol=1e-5 if head != "fused" else 1e-4)
+    none = loss_lib.causal_lm_loss(model, ids, torch.full_like(ids, -100), divisor)  # no targets: 0, not NaN
+    none.backward()
+    assert none.item() == 0 and all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
