@@ -44,6 +44,10 @@ class RunConfig(BaseModel):
     val_every: Optional[int] = Field(None, ge=1)
     """With --val-data or --val-split: the validation loss every N optimizer steps and after the last; default: after
     the last step only."""
+    val_batches: Optional[int] = None
+    """With --val-data or --val-split: validate on the first N global batches of the validation set only (N x
+    micro-batch x grad-accum x world size sequences, in data order: the same under every strategy and split of the
+    global batch); default: all of it."""
     data_workers: Optional[int] = Field(None, ge=1)
     """Processes that tokenise the data (once, in the launching process); default: one per CPU core, at most 8."""
     accelerator: Literal["cpu", "gpu", "auto"] = "auto"
@@ -153,6 +157,9 @@ class RunConfig(BaseModel):
         if self.val_every is not None and self.val_data is None and self.val_split is None:
             raise ValueError(f"--val-every {self.val_every}: there is no validation set; give --val-data PATH or "
                              "--val-split F too")
+        if self.val_batches is not None and self.val_data is None and self.val_split is None:
+            raise ValueError(f"--val-batches {self.val_batches}: there is no validation set; give --val-data PATH or "
+                             "--val-split F too")
         return self
 
     @field_validator("micro_batch_size")
@@ -160,6 +167,14 @@ class RunConfig(BaseModel):
     def _micro_batch_positive(cls, v: Union[int, str, None]) -> Union[int, str, None]:
         if isinstance(v, int) and v < 1:
             raise ValueError("must be at least 1, or auto")
+        return v
+
+    @field_validator("val_batches")
+    @classmethod
+    def _val_batches_positive(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v < 1:
+            raise ValueError("must be at least 1 (global batches of the validation set to validate on); leave it out "
+                             "to validate on the whole set")
         return v
 
     @field_validator("memory_headroom")

@@ -90,6 +90,10 @@ class ModelStates:
     """Part of `gpu` made only once backward has passed the loss (the output matrix's gradient, a decoder layer's
     gradient in flight): not yet live while torch's loss holds its logits (Liger's fused loss makes the output
     matrix's gradient inside forward, so under Liger it is counted with the loss)."""
+    gradients: int = 0
+    """Part of `gpu`: the gradients, freed right after each optimizer step (Strategy.release_gradients) and made
+    again in backward, layer by layer, as the activations that made them are freed: not live through forward nor at
+    the loss; all of them only at the end of backward (with a recomputed layer) and in the step."""
     forward_only: int = 0
     """GPU bytes held only through forward (autocast's cache of 16-bit weights, freed when forward ends)."""
     fixed_overhead: Optional[int] = None
@@ -200,24 +204,27 @@ def estimate(states: Optional[ModelStates], s: Shape, w: Workload) -> Optional[E
     """The peak per rank from a strategy's model states (Strategy.estimate calls this); None when the strategy
     declares no memory model (it is then never auto-selected).
 
-    Two phases: forward/backward (model states without the step-only part, activations, then the larger of the
-    loss's buffers at the end of forward and, with checkpointing, one recomputed layer in backward) and the
-    optimizer step (all model states, activations freed). The peak is the larger, plus runtime buffers and the
-    backend's fixed overhead."""
+    Three phases: forward and the start of backward (model states without the step-only part and without the
+    gradients freed after each step, activations, then the larger of the loss's buffers at the end of forward and,
+    with checkpointing, one recomputed layer in backward), the end of backward (every gradient made, a recomputed
+    layer) and the optimizer step (all model states, activations freed). The peak is the largest, plus runtime
+    buffers and the backend's fixed overhead."""
     if states is None:
         return None
     act = activation_bytes(s, w, states.fp32_residual)
     logits = logits_bytes(s, w, 4 if states.fp32_residual else None)
     recompute = recompute_bytes(s, w, states.fp32_residual)
-    at_loss = states.gpu - states.step_only - (states.after_loss if w.kernels == "torch" else 0)
+    live = states.gpu - states.step_only - states.gradients  # what forward and the loss find
+    at_loss = live - (states.after_loss if w.kernels == "torch" else 0)
     forward = at_loss + states.forward_only + act + logits
-    backward = states.gpu - states.step_only + act + max(logits - (states.after_loss if w.kernels == "torch" else 0),
-                                                         recompute + states.gradient_buckets)
+    backward = live + act + max(logits - (states.after_loss if w.kernels == "torch" else 0),
+                                recompute + states.gradient_buckets)
+    end_of_backward = states.gpu - states.step_only + recompute + states.gradient_buckets  # every gradient made
     overhead = FIXED_OVERHEAD_BYTES if states.fixed_overhead is None else states.fixed_overhead
-    parts = {"model_states": states.gpu, "runtime_buffers": states.runtime_buffers, "activations": act,
-             "logits": logits, "recompute": recompute, "fixed_overhead": overhead,
-             "peak_phase_backward": int(max(forward, backward) >= states.gpu)}
-    gpu = max(forward, backward, states.gpu) + states.runtime_buffers + overhead
+    parts = {"model_states": states.gpu, "gradients": states.gradients, "runtime_buffers": states.runtime_buffers,
+             "activations": act, "logits": logits, "recompute": recompute, "fixed_overhead": overhead,
+             "peak_phase_backward": int(max(forward, backward, end_of_backward) >= states.gpu)}
+    gpu = max(forward, backward, end_of_backward, states.gpu) + states.runtime_buffers + overhead
     return Estimate(gpu_bytes=gpu, cpu_bytes=states.cpu, parts=parts)
 
 

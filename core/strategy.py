@@ -207,6 +207,17 @@ class Strategy(ABC):
 
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
+    def release_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Free the gradients right after each optimizer step (the recipe calls it then).
+
+        Lightning zeroes them only inside the next step's closure, after that step's forward, so without this the
+        previous step's gradients (4 bytes per parameter under fp32 masters, per rank its shard) live through the
+        whole forward and the loss, where the peak is: 4.1 GiB on llama-1b under FSDP2 on one H200. Hugging Face's
+        Trainer frees them after the step too. The default fits DDP and FSDP2; backends that keep gradients in
+        buffers of their own and clear them in their own step (DeepSpeed) make it a no-op.
+        """
+        optimizer.zero_grad(set_to_none=True)
+
     def model_state_bytes(self, shape: "Shape", work: "Workload") -> Optional["ModelStates"]:
         """Per-rank bytes of parameters, gradients and optimizer states on GPU and CPU (`core.memory`).
 

@@ -5,14 +5,25 @@ SHARDLAB_CACHE/data/KEY/ holds blocks.npy (uint32 [sequences, seq_len]), for cha
 modification times), the tokenizer files' contents, --data-format, the text field, --long-examples and --seq-len.
 A second run with the same key starts without tokenising; a cache folder that does not read back is rebuilt
 (with a warning). The intermediate `datasets` tables live in a temporary folder beside it and go when it is done.
+
+Several processes may prepare one cache at once (the nodes of a multi-node run on a shared filesystem, two runs
+started together). One at a time holds the key's lock file (flock): the first builds, the others wait and then read
+what it built. Where the filesystem's locks do not reach every process (or it has none), both build, each in a
+folder of its own name (host, process, random), and publish it by an atomic rename to the key's name: the first
+rename wins, a later one finds the folder there and discards its own copy for the one published (the same bytes:
+building is deterministic). A cache folder is never seen half-written, nor half-removed: a bad one is renamed
+aside before it is deleted.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,7 +35,7 @@ import numpy as np
 from shardlab.core import trace
 from shardlab.core.errors import UserError
 
-VERSION = 1  # of the packing: a change to what blocks.npy holds bumps it
+VERSION = 2  # of the packing: a change to what blocks.npy holds bumps it (2: examples by best-fit decreasing)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                    "added_tokens.json", "vocab.json", "merges.txt")
 SUMMARY = ("format", "records", "sequences", "tokens", "label_tokens", "truncated", "dropped")
@@ -96,11 +107,18 @@ def prepare_data(data: Optional[str], text_field: str, seq_len: int, tokenizer_f
             if found:
                 return found
             warnings.append(f"data cache {final} does not read back ({problem}); rebuilt it")
-            shutil.rmtree(final, ignore_errors=True)
+            _discard(final)
         t0 = time.perf_counter()
-        meta = _build(source, text_field, seq_len, tokenizer_folder, workers or default_workers(), fmt, long_examples,
-                      final, key)
-        return DataCache(final, meta, built=True, seconds=time.perf_counter() - t0, warnings=warnings)
+        tmp = _private(final, "tmp")
+        try:
+            meta = _build(source, text_field, seq_len, tokenizer_folder, workers or default_workers(), fmt,
+                          long_examples, tmp, key)
+            theirs = _publish(tmp, final, seq_len)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return DataCache(final, theirs.meta if theirs else meta, built=True, seconds=time.perf_counter() - t0,
+                         warnings=warnings)
 
 
 def default_workers() -> int:
@@ -109,32 +127,60 @@ def default_workers() -> int:
 
 
 def _build(source, text_field: str, seq_len: int, tokenizer_folder: Path, workers: int, fmt: str, long_examples: str,
-           final: Path, key: str) -> dict:
+           tmp: Path, key: str) -> dict:
+    """The cache built whole in `tmp` (a new folder of this process's own): blocks.npy, any labels.npy, meta.json."""
     from transformers import AutoTokenizer
 
     from shardlab.recipes.data_load import load_documents
 
     trace.note("tokenise")
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     where = "the shipped corpus" if source.given is None else source.given
-    try:
-        docs = load_documents(source, text_field, tmp, fmt)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
-        build = _build_text if docs.format == "text" else _build_examples
-        counts, used, extra = build(docs, tokenizer, workers, seq_len, long_examples, tmp, where)
-        meta = {"format": docs.format, "records": docs.records, **counts,
-                "field": text_field, "seq_len": seq_len, "dtype": "uint32", "key": key, "data": source.given,
-                "workers": used, "asked": fmt, "found": docs.found, **extra}
-        del docs
-        shutil.rmtree(tmp / "hf", ignore_errors=True)  # the intermediate tables: only blocks.npy is read again
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    docs = load_documents(source, text_field, tmp, fmt)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    build = _build_text if docs.format == "text" else _build_examples
+    counts, used, extra = build(docs, tokenizer, workers, seq_len, long_examples, tmp, where)
+    meta = {"format": docs.format, "records": docs.records, **counts,
+            "field": text_field, "seq_len": seq_len, "dtype": "uint32", "key": key, "data": source.given,
+            "workers": used, "asked": fmt, "found": docs.found, **extra}
+    del docs
+    shutil.rmtree(tmp / "hf", ignore_errors=True)  # the intermediate tables: only blocks.npy is read again
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def _publish(tmp: Path, final: Path, seq_len: int) -> Optional[DataCache]:
+    """Rename the built folder to the key's name (atomic: readers see all of it or nothing) -> None; or, where another
+    process published the key first, discard ours -> theirs (replaced by ours if it does not read back)."""
+    for _ in range(2):
+        try:
+            os.rename(tmp, final)
+            return None
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+        found, _ = _read(final, seq_len)
+        if found:
+            _discard(tmp)
+            return found
+        _discard(final)
+    raise UserError(f"data cache {final}: other processes kept replacing it while this one built it; run again when "
+                    f"they are done")
+
+
+def _private(final: Path, kind: str) -> Path:
+    """A name beside `final` that no other process uses, also on another host of a shared filesystem."""
+    return final.with_name(f".{final.name}.{kind}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _discard(folder: Path) -> None:
+    """Remove a cache folder: renamed aside first (so no process finds it half-removed), then deleted."""
+    aside = _private(folder, "old")
+    try:
+        os.rename(folder, aside)
+    except FileNotFoundError:  # another process removed it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _build_text(docs, tokenizer, workers: int, seq_len: int, long_examples: str, tmp: Path,
@@ -195,10 +241,18 @@ def _read(folder: Path, seq_len: int) -> tuple[Optional[DataCache], str]:
 
 @contextmanager
 def _locked(lock: Path) -> Iterator[None]:
-    """One process at a time per key (ranks that `recipe launch` starts each prepare: the first builds)."""
+    """One process at a time per key (the first builds, the others then read it). On a filesystem without flock
+    (some network filesystems refuse it) nothing is held: _publish's atomic rename keeps the cache whole."""
     with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            held = True
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            held = False
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(f, fcntl.LOCK_UN)

@@ -7,6 +7,7 @@ from typing import Optional, Union
 import lightning.pytorch as pl
 import torch
 
+from shardlab.core import trace
 from shardlab.core.strategy import ModelSource, OptimizerSpec, RunContext, Strategy
 from shardlab.recipes.loss import causal_lm_loss, use_chunked_loss
 
@@ -35,6 +36,8 @@ class LlamaModule(pl.LightningModule):
         self.model = model
 
     def training_step(self, batch: Union[torch.Tensor, dict], batch_idx: int) -> torch.Tensor:
+        if trace.enabled() and any(p.grad is not None for p in self.model.parameters()):
+            trace.note("forward-with-gradients")  # tests check none live from the step before (release_gradients)
         if isinstance(batch, dict):  # chat or instruction data: targets where labels are not -100 (recipes/data.py)
             loss = causal_lm_loss(self.model, batch["input_ids"], batch["labels"], self.divisor(batch["step_label_tokens"]))
         else:  # text: every token
@@ -56,6 +59,10 @@ class LlamaModule(pl.LightningModule):
         by num_items_in_batch for the same reason. A global batch without targets gives loss 0."""
         n = step_label_tokens[0].clamp(min=1).float()
         return n / (self.ctx.world_size * self.ctx.grad_accum)
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        self.strategy.release_gradients(optimizer)  # not in the next step's closure, after its forward
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         # Through the strategy, not Lightning's clip_gradients: Lightning refuses fused AdamW there.

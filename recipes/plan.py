@@ -26,6 +26,7 @@ MICRO_BATCH_MEASURED = "fsdp, one H200, llama-1b: 68,026 tokens/s at micro-batch
 # RunConfig fields only training reads (its data, checkpoints, export, metrics, seed, output folder, the launcher):
 # plan accepts them, so a `recipe run` command line plans as it is with `plan` in its place, and --help leaves them out.
 RUN_ONLY = ("data", "data_field", "data_format", "long_examples", "data_workers", "val_data", "val_split", "val_every",
+            "val_batches",
             "metrics", "checkpoint_every", "keep_checkpoints", "portable_checkpoints", "resume", "export", "launcher",
             "node_rank", "master_addr", "master_port", "seed", "output")
 

@@ -21,7 +21,7 @@ from shardlab.recipes.data_cache import DataCache, open_blocks, prepare_data
 from shardlab.recipes.data_load import find_source
 from shardlab.recipes.model import cache_dir, flops_per_token, initial_folder
 from shardlab.recipes.resolve import resolve_run
-from shardlab.recipes.validation import Validation, prepare_validation, split_for_validation, validation_flag
+from shardlab.recipes.validation import Validation, cap_note, prepare_validation, split_for_validation, validation_flag
 from shardlab.recipes.weights import check_weights, model_source
 
 # Dense bf16 peak per GPU for MFU (vendor datasheets; H200 has the H100's compute).
@@ -115,7 +115,7 @@ def prepare(cfg: RunConfig) -> Prepared:
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
     note = _data_note(data) + ("".join(f"\nvalidation: {line}" for line in _data_note(val).splitlines()) if val
-                               else _split_note(c.val_split, summary))
+                               else _split_note(c.val_split, summary)) + cap_note(c.val_batches, validation)
     return Prepared(run=run, folder=folder, blocks=data.blocks_file, data=summary, resume=resume,
                     portable=bool(c.resume) and elsewhere, data_note=note, labels=data.labels_file,
                     val_blocks=val.blocks_file if val else None, val_labels=val.labels_file if val else None)
@@ -179,9 +179,11 @@ def train(p: Prepared) -> dict[str, Any] | None:
     recorder = StepRecorder()
     blocks = open_blocks(p.blocks)  # memory-mapped: this rank reads only the rows it trains on
     labels = open_blocks(p.labels) if p.labels else None  # and the labels of those rows and of its global batches
-    # --val-split: training on the rows it leaves, validation on the rows it holds out; --val-data: its own blocks
+    # --val-split: training on the rows it leaves, validation on the rows it holds out; --val-data: its own blocks;
+    # --val-batches: only the first of them, as many as the launching process counted
+    validated = p.data.get("validation", {}).get("validated_sequences")
     train_blocks, train_labels, val = split_for_validation(blocks, labels, cfg.val_split, cfg.seed, p.val_blocks,
-                                                           p.val_labels)
+                                                           p.val_labels, limit=validated)
     probe = torch.from_numpy(blocks[:2].astype("int64"))
     export = HFExport(str(p.folder), output, probe=probe, precision=ctx.precision) if cfg.export else None
     callbacks: list = [recorder]  # first: a checkpoint written at the same step carries that step's loss

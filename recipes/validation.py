@@ -7,6 +7,11 @@ so that every rank runs the same number of forward passes (ZeRO-3 and FSDP gathe
 Each rank sums its targets' losses and counts them; one all-reduce adds the ranks' sums and counts; loss = sum /
 count. The model runs in eval mode without gradients, and is put back in train mode: no RNG is drawn, no data loader
 moves, so training continues as it would have without validation.
+
+--val-batches N validates on the first N global batches of the set only (N x micro-batch x grad-accum x world size
+blocks, in data order), dealt the same way: the same blocks under every strategy and split of the global batch. The
+launching process counts them (`validated_sequences` in summary.json's data.validation, there with --val-batches
+only); the ranks take that many.
 """
 from __future__ import annotations
 
@@ -53,10 +58,12 @@ def prepare_validation(c, sequences: int, folder: Path, world_size: int) -> tupl
     from shardlab.recipes.data_cache import prepare_data
     from shardlab.recipes.model import cache_dir
 
+    global_batch = c.micro_batch_size * c.grad_accum * world_size
     if c.val_split is not None:
-        check_split(sequences, c.val_split, c.seed, c.micro_batch_size * c.grad_accum * world_size, c.seq_len)
+        check_split(sequences, c.val_split, c.seed, global_batch, c.seq_len)
         held = len(split_rows(sequences, c.val_split, c.seed)[1])
-        return {"source": f"--val-split {c.val_split}", "sequences": held, "trained_sequences": sequences - held}, None
+        return {"source": f"--val-split {c.val_split}", "sequences": held, "trained_sequences": sequences - held,
+                **_cap(held, c.val_batches, global_batch)}, None
     if c.val_data is None:
         return None, None
     with validation_flag():
@@ -65,7 +72,23 @@ def prepare_validation(c, sequences: int, folder: Path, world_size: int) -> tupl
     if not val.sequences:
         raise UserError(f"--val-data {c.val_data}: {val.meta['truncated']} tokens, not one block of --seq-len "
                         f"{c.seq_len}; give more validation data or a lower --seq-len")
-    return {"source": c.val_data, **val.summary()}, val
+    return {"source": c.val_data, **val.summary(), **_cap(val.sequences, c.val_batches, global_batch)}, val
+
+
+def _cap(sequences: int, val_batches: Optional[int], global_batch: int) -> dict:
+    """With --val-batches, data.validation's `validated_sequences`: the first that many global batches' sequences of
+    the set, at most all of them (without it: nothing, every one of `sequences` is validated on)."""
+    return {} if val_batches is None else {"validated_sequences": min(sequences, val_batches * global_batch)}
+
+
+def cap_note(val_batches: Optional[int], validation: Optional[dict]) -> str:
+    """What the launching process says of --val-batches (nothing without it): how many sequences it validates on."""
+    if val_batches is None or validation is None:
+        return ""
+    used, held = validation["validated_sequences"], validation["sequences"]
+    whole = " (all of them: the set is no larger)" if used == held else ""
+    return (f"\nvalidation: --val-batches {val_batches}: the first {used} of the {held} validation sequences validated "
+            f"on{whole}")
 
 
 @contextmanager
@@ -92,19 +115,30 @@ class Rows:
         return self.array[self.rows[i]]
 
 
+def _first(array, n: int):
+    """The first n rows of a blocks (or labels) array or Rows, still memory-mapped (nothing is read)."""
+    if array is None:
+        return None
+    return Rows(array.array, array.rows[:n]) if isinstance(array, Rows) else array[:n]
+
+
 def split_for_validation(blocks, labels, fraction: Optional[float], seed: int, val_blocks: Optional[Path] = None,
-                         val_labels: Optional[Path] = None) -> tuple[object, object, Optional["ValidationSet"]]:
+                         val_labels: Optional[Path] = None,
+                         limit: Optional[int] = None) -> tuple[object, object, Optional["ValidationSet"]]:
     """In each rank: (the blocks and labels to train on, the validation set or None). --val-split (fraction) holds out
-    rows of the blocks; --val-data's cached blocks.npy and labels.npy (val_blocks, val_labels) are memory-mapped."""
+    rows of the blocks; --val-data's cached blocks.npy and labels.npy (val_blocks, val_labels) are memory-mapped.
+    limit: validate on the set's first `limit` sequences only (--val-batches: data.validation's validated_sequences)."""
     if fraction is None:
         if val_blocks is None:
             return blocks, labels, None
         from shardlab.recipes.data_cache import open_blocks
 
-        return blocks, labels, ValidationSet(open_blocks(val_blocks), open_blocks(val_labels) if val_labels else None)
+        val = ValidationSet(open_blocks(val_blocks), open_blocks(val_labels) if val_labels else None)
+        return blocks, labels, val.first(limit)
     train_rows, val_rows = split_rows(len(blocks), fraction, seed)
     rows = lambda array, which: None if array is None else Rows(array, which)  # noqa: E731
-    return rows(blocks, train_rows), rows(labels, train_rows), ValidationSet(rows(blocks, val_rows), rows(labels, val_rows))
+    val = ValidationSet(rows(blocks, val_rows), rows(labels, val_rows))
+    return rows(blocks, train_rows), rows(labels, train_rows), val.first(limit)
 
 
 def targets(labels: torch.Tensor) -> int:
@@ -125,6 +159,12 @@ class ValidationSet:
     def _labels(self, i: int) -> torch.Tensor:
         source = self.blocks if self.labels is None else self.labels
         return torch.from_numpy(np.asarray(source[i]).astype(np.int64))
+
+    def first(self, n: Optional[int]) -> "ValidationSet":
+        """The set's first n blocks (None: all of it)."""
+        if n is None or n >= len(self):
+            return self
+        return ValidationSet(_first(self.blocks, n), _first(self.labels, n))
 
     def rounds(self, micro_batch_size: int, world_size: int) -> int:
         return math.ceil(len(self) / (micro_batch_size * world_size))

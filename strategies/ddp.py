@@ -27,7 +27,7 @@ def ddp_states(n: int, w: Workload) -> ModelStates:
     m = memory.master_bytes(w)
     cache = 2 * n if w.precision.endswith("-mixed") and not w.activation_checkpointing else 0
     return ModelStates(gpu=n * (m + m + 2 * m + m), cpu=4 * n * w.gpus_per_node, forward_only=cache,
-                       fp32_residual=w.precision.endswith("-mixed"), fixed_overhead=0)
+                       fp32_residual=w.precision.endswith("-mixed"), fixed_overhead=0, gradients=n * m)
 
 
 class DDP(Strategy):

@@ -261,6 +261,9 @@ class ZeRO(Strategy):
     def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
         pass  # DeepSpeed clips inside engine.step, from `gradient_clipping` in its config
 
+    def release_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        pass  # engine.step zeroes its gradients itself (DeepSpeedEngine._take_model_step), its buckets stay
+
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         # The fp32 master copy (the optimizer's), not the 16-bit module weights: collective under ZeRO-3.
         import torch

@@ -48,7 +48,9 @@ def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
         # CPU: the sharded states, x1.15 as measured on llama-1b (20.9 GiB RSS, 2 GiB of it the process itself).
         return ModelStates(gpu=gathered + 8 * s.decoder_layer_params, cpu=load + int(sharded * w.gpus_per_node * 1.15),
                            fixed_overhead=0, after_loss=out_grad + 8 * s.decoder_layer_params)
-    return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0, after_loss=out_grad)
+    # the sharded gradients (a master's bytes per parameter, over the world) are freed after each step
+    return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0, after_loss=out_grad,
+                       gradients=int(s.params * m / w.world_size))
 
 
 _HALF = ("bf16-mixed", "16-mixed")

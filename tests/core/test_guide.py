@@ -81,8 +81,9 @@ def test_guide_plugin_has_an_estimate_in_plan(guide_plugin, in_process):
     lean, ddp = rows["ddp_lean"], rows["ddp"]
     assert lean["gpu_bytes"] is not None and lean["source"] == "plugin:shardlab-ddp-lean"
     # the guide's model: ddp's states less the bucket copy of the gradients (4 bytes per parameter under bf16-mixed),
-    # plus the default fixed overhead that ddp's measurement set to 0
-    assert lean["gpu_bytes"] == ddp["gpu_bytes"] - 4 * plan["model"]["params"] + memory.FIXED_OVERHEAD_BYTES
+    # plus the default fixed overhead that ddp's measurement set to 0. The peak is the forward's, where ddp has freed its
+    # gradients since the last step and the bucket views hold none: the two differ by the overhead alone
+    assert lean["gpu_bytes"] == ddp["gpu_bytes"] + memory.FIXED_OVERHEAD_BYTES
     rc, out, err = in_process(*flags)
     line = next(l for l in out.splitlines() if l.startswith("ddp_lean"))
     assert rc == 0 and "GiB" in line and "no estimate" not in line, out

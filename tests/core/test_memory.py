@@ -118,9 +118,10 @@ def _tag(r: dict) -> str:
 
 # Points measured outside 10%, each with what is known; strict: once the estimate holds there, remove the entry.
 KNOWN_OUTSIDE = {
-    "llama-3.2-3b-zero3_offload_all-liger-ac-mb4": "estimate +11.3% (6.62 vs 5.95 GiB): what ZeRO-3 offload holds beside "
-    "a recomputed layer is measured at 0.3-0.4 GiB on llama-1b, 0.0-0.6 on the 3B shape and 1.2-1.7 on the 7B; one "
-    "constant (0.75e9) cannot hold all three, and no allocator snapshot of these points exists yet (issue 18)",
+    "llama-3.2-3b-zero3_offload_all-liger-ac-mb4": "estimate +11.3% (6.62 vs 5.95 GiB): the allocator snapshot "
+    "(results/2026-12-03-memory-h200/) shows the peak at a flush of DeepSpeed's gradient bucket, not beside a "
+    "recomputed layer, and the live parameters counted twice (as stage3_max_live_parameters and as a fetch unit); "
+    "the flush-phase model is not built yet (issue 18)",
 }
 
 

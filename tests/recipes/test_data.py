@@ -1,3 +1,8 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import lightning.pytorch as pl
 import numpy as np
 import pytest
@@ -272,3 +277,54 @@ def test_every_rank_and_split_divides_by_the_targets_of_the_whole_global_batch()
                                                   sampler=data.GlobalBatchSampler(N_BLOCKS, 2, 1, 1, 0, 3, labels=labels))))
     assert set(batch) == {"input_ids", "labels", "step_label_tokens"} and batch["labels"].dtype == torch.int64
     assert batch["labels"].shape == (2, 6) and batch["step_label_tokens"].tolist() == [batch["step_label_tokens"][0]] * 2
+
+
+# Two processes preparing one cache at the same moment (recipes/data_cache.py). Each runs this: it meets the other,
+# then prepares the cache under `root`/locked; then, as on a shared filesystem whose locks do not reach the other
+# process, under `root`/unlocked without the lock, meeting the other again after building, before publishing, so
+# that the two renames race. One JSON line each.
+PREPARE_TOGETHER = """
+import contextlib, json, os, sys, time
+from pathlib import Path
+import datasets, transformers  # imported before meeting: the two calls start within milliseconds
+from shardlab.recipes import data_cache
+
+def meet(name):
+    Path(f"{name}.{os.getpid()}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(Path(name).parent.glob(Path(name).name + ".*"))) < 2:
+        assert time.monotonic() < deadline, "the other process never came"
+        time.sleep(0.002)
+
+def prepare(root):
+    meet(f"{root}-start")
+    cache = data_cache.prepare_data(data, "text", 64, Path(tokenizer), 1, Path(root), "auto")
+    arrays = [data_cache.open_blocks(f).tolist() for f in (cache.blocks_file, cache.labels_file)]
+    print(json.dumps({"folder": str(cache.folder), "built": cache.built, "meta": cache.meta, "arrays": arrays}))
+
+data, tokenizer, root = sys.argv[1:]
+prepare(f"{root}/locked")
+publish = data_cache._publish
+data_cache._locked = lambda lock: contextlib.nullcontext()
+data_cache._publish = lambda *args: (meet(f"{root}/unlocked-built"), publish(*args))[1]
+prepare(f"{root}/unlocked")
+"""
+
+
+def test_two_processes_preparing_one_cache_at_once_get_the_same_whole_cache(tokenizer_folder, tmp_path):
+    records = [{"prompt": f"question {i}", "completion": "answer " * (i % 5)} for i in range(40)]
+    path = write_records(tmp_path / "c.jsonl", "jsonl", records)
+    procs = [subprocess.Popen([sys.executable, "-c", PREPARE_TOGETHER, str(path), str(tokenizer_folder), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    for k, mode in enumerate(("locked", "unlocked")):
+        results = [json.loads(out.strip().splitlines()[k]) for out, _ in outs]
+        assert results[0] == results[1] | {"built": results[0]["built"]}, mode  # the same folder, counts, blocks, labels
+        assert results[0]["meta"]["sequences"] == len(results[0]["arrays"][0]) > 0
+        # locked: one builds, the other waits and reads it; unlocked: both build, one rename wins, the other copy goes
+        assert sorted(r["built"] for r in results) == ([False, True] if mode == "locked" else [True, True]), mode
+        folders = [p.name for p in (tmp_path / mode / "data").iterdir() if not p.name.endswith(".lock")]
+        assert folders == [Path(results[0]["folder"]).name], (mode, folders)  # no temporary folder left either
+        again = data_cache.prepare_data(str(path), "text", 64, tokenizer_folder, 1, tmp_path / mode, "auto")
+        assert not again.built and again.meta == results[0]["meta"]  # and it reads back

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from shardlab.core.errors import UserError
-from shardlab.recipes import data_cache, data_chat
+from shardlab.recipes import data_cache, data_chat, data_pack
 from shardlab.recipes.model import byte_tokenizer
 from tests.recipes.data_helpers import refusals, stream as _stream, write_records
 
@@ -118,7 +118,13 @@ def test_auto_finds_the_format_from_the_fields_and_text_stays_as_it_was(tokenize
     assert _chat(tokenizer_folder, tmp_path, txt, seq_len=4).meta["found"] is None  # text files: nothing to find
 
 
-def test_examples_are_packed_whole_and_no_label_crosses_into_the_next_example(tokenizer_folder, tmp_path):
+@pytest.mark.parametrize("windows", [False, True])  # one window, or a window of about one block (in 4-row batches)
+def test_examples_are_packed_whole_and_no_label_crosses_into_the_next_example(tokenizer_folder, tmp_path, monkeypatch,
+                                                                              windows):
+    if windows:
+        monkeypatch.setattr(data_pack, "WINDOW_TOKENS", 1)
+        monkeypatch.setattr(data_pack, "WINDOW_BLOCKS", 1)
+        monkeypatch.setattr(data_chat, "BATCH", 4)
     tok = byte_tokenizer()
     records = [{"prompt": f"q{i}", "completion": "a" * (i % 4)} for i in range(12)]
     cache = _chat(tokenizer_folder, tmp_path, write_records(tmp_path / "p.jsonl", "jsonl", records), seq_len=72)
@@ -129,14 +135,48 @@ def test_examples_are_packed_whole_and_no_label_crosses_into_the_next_example(to
         assert text.startswith("### User:\nq")  # every block starts with an example: none spans two blocks
         starts = [k for k in range(len(row)) if k == 0 or row[k - 1] == tok.eos_token_id and row[k] != tok.eos_token_id]
         assert all(lab[k] == -100 for k in starts)  # an example's first token is no target
-        examples += [e for e in text.split("</s>") if e]
-    assert examples == [f"### User:\nq{i}\n\n### Assistant:\n" + "a" * (i % 4) for i in range(12)]  # in order, all
-    assert _label_runs(tok, labels) == ["a" * (i % 4) + "</s>" for i in range(12)]  # padding EOS is no target
+        here = [e for e in text.split("</s>") if e]
+        assert [len(e) for e in here] == sorted((len(e) for e in here), reverse=True)  # longest first (best-fit decreasing)
+        examples += here
+    want = [f"### User:\nq{i}\n\n### Assistant:\n" + "a" * (i % 4) for i in range(12)]
+    assert sorted(examples) == sorted(want)  # all, each once
+    assert sorted(_label_runs(tok, labels)) == sorted("a" * (i % 4) + "</s>" for i in range(12))  # padding is no target
     assert cache.summary()["padding"] == blocks.size - sum(len(e) + 1 for e in examples)  # bytes, each EOS-ended
+    assert cache.sequences == (7 if windows else 6)  # 380 tokens: 6 blocks of 72 at the fewest; small windows cost one
     assert data_chat.labels_of([5, 6, 7], [(0, 1), (1, 2), (2, 3)], [(0, 3)]) == [-100, 6, 7]  # even an assistant's first
     opening = [{"role": "assistant", "content": "Ask me."}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     text, spans = data_chat.render(tok, data_chat.PLAIN_TEMPLATE, opening)  # no prompt before the first turn
     assert [text[a:b] for a, b in spans] == ["Ask me.</s>", "a</s>"]
+
+
+def test_best_fit_decreasing_fills_blocks_tighter_than_next_fit():
+    """Longest first, each into the block with the least room that holds it; a separator is dropped at a block's end."""
+    block, offset, left = data_pack.best_fit_decreasing(np.array([3, 6, 2, 5, 4]), np.zeros(5, np.int32), 10)
+    assert block.tolist() == [1, 0, 1, 1, 0] and offset.tolist() == [5, 0, 8, 0, 6] and left == [0, 0]  # next fit: 3 blocks
+    block, offset, left = data_pack.best_fit_decreasing(np.array([6, 3, 4, 0]), np.array([1, 1, 1, 0]), 10)
+    assert block.tolist() == [0, 0, 1, -1] and offset.tolist() == [0, 7, 0, 0] and left == [0, 5]  # 3 ends block 0 exactly
+    rng = np.random.default_rng(0)
+    take, sep = rng.integers(1, 65, 2000), rng.integers(0, 2, 2000)
+    block, offset, left = data_pack.best_fit_decreasing(take, sep, 64)
+    again = data_pack.best_fit_decreasing(take, sep, 64)
+    assert np.array_equal(again[0], block) and np.array_equal(again[1], offset) and again[2] == left  # fixed by the data
+    for b in range(len(left)):  # no overlap, each separator inside its block unless the example ends it
+        mine = sorted(np.flatnonzero(block == b), key=lambda i: offset[i])
+        ends = [min(64, offset[i] + take[i] + sep[i]) for i in mine]
+        assert offset[mine[0]] == 0 and all(offset[j] == e for j, e in zip(mine[1:], ends)) and left[b] == 64 - ends[-1]
+    assert len(left) <= -(-int((take + sep).sum()) // 64) * 1.02 + 1  # within 2% of the bound
+
+
+def test_the_shipped_chat_data_packs_into_the_fewest_blocks(tokenizer_folder, tmp_path):
+    """examples/chat/arithmetic.jsonl at --seq-len 128: next fit left 22.0% padding (291 blocks), best-fit decreasing
+    13.7% (263 blocks, the fewest there can be: the 126 examples over 64 tokens take a block each, with no room for
+    any other example (all longer than 51 tokens), and the other 274 go two to a block)."""
+    from tests.conftest import CHAT_DATA
+
+    cache = _chat(tokenizer_folder, tmp_path, CHAT_DATA, seq_len=128)
+    m = cache.meta
+    assert (m["records"], m["sequences"], m["padding"], m["label_tokens"]) == (400, 263, 4613, 6473)
+    assert m["padding"] / m["tokens"] < 0.14
 
 
 def test_long_examples_are_truncated_or_dropped_and_counted(tokenizer_folder, tmp_path):
@@ -150,8 +190,8 @@ def test_long_examples_are_truncated_or_dropped_and_counted(tokenizer_folder, tm
         "records": 3, "sequences": 2, "truncated": 1, "dropped": 1}
     blocks, labels = _arrays(cut)
     prompt = "### User:\nlong answer\n\n### Assistant:\n"
-    assert tok.decode(blocks[1]) == prompt + "b" * (64 - len(prompt))  # its first 64 tokens, no EOS
-    assert _label_runs(tok, labels) == ["ok</s>", "b" * (64 - len(prompt))]
+    assert tok.decode(blocks[0]) == prompt + "b" * (64 - len(prompt))  # its first 64 tokens, no EOS (the longest first)
+    assert _label_runs(tok, labels) == ["b" * (64 - len(prompt)), "ok</s>"]
     dropped = _chat(tokenizer_folder, tmp_path, path, seq_len=64, long_examples="drop")
     assert dropped.folder != cut.folder
     assert {k: dropped.summary()[k] for k in ("sequences", "truncated", "dropped")} == {"sequences": 1, "truncated": 0, "dropped": 2}
@@ -169,6 +209,8 @@ def test_the_cache_key_holds_the_format_and_long_examples(tokenizer_folder, tmp_
 def test_rendering_over_several_processes_gives_the_same_examples(tokenizer_folder, tmp_path, monkeypatch):
     monkeypatch.setattr(data_chat, "BATCH", 4)
     monkeypatch.setattr(data_chat, "BYTES_PER_PROCESS", 1)  # 20 records: 2 processes
+    monkeypatch.setattr(data_pack, "WINDOW_TOKENS", 100)  # packing windows of 100 tokens, across the 4-row batches
+    monkeypatch.setattr(data_pack, "WINDOW_BLOCKS", 1)
     records = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
                for i in range(20)]
     path = write_records(tmp_path / "m.jsonl", "jsonl", records)

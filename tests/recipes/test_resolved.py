@@ -27,6 +27,8 @@ def test_a_2_rank_run_resolves_and_tokenises_once_and_plan_says_what_it_did(reci
     events = [line.split()[0] for line in trace.read_text().splitlines()]
     # the launcher resolves and prepares the data once (tokenising it unless the cache has it); the ranks read its file
     assert events.count("resolve") == 1 and events.count("data") == 1 and events.count("tokenise") <= 1, events
+    # the first step's gradients were freed right after its optimizer step, not during step 2's forward
+    assert "forward-with-gradients" not in events, events
     assert not (tmp_path / "o" / ".prepared.pt").exists()  # the hand-off to the ranks is gone afterwards
     written = json.loads((tmp_path / "o" / "resolved.json").read_text())
     rc, out, err = in_process("plan", *flags, "--no-export", "--json")  # plan starts no process: in this one

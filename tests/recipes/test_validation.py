@@ -125,3 +125,64 @@ def test_a_run_that_validates_trains_exactly_as_one_that_does_not(cache_dir, mon
     assert [v["step"] for v in validated.val_losses] == [1, 2, 3] and not plain.val_losses
     assert all(v["tokens"] == len(val_rows) * 31 for v in validated.val_losses)  # every token but each block's first
     assert validated.val_losses[-1]["loss"] < validated.val_losses[0]["loss"]
+
+
+# (world size, micro-batch, grad-accum): splits of one global batch of 8 sequences
+SPLITS = [(1, 8, 1), (2, 2, 2), (4, 2, 1), (2, 4, 1), (1, 2, 4)]
+
+
+@pytest.mark.parametrize("val_batches", [1, 2, 3, None])
+def test_val_batches_validates_on_the_first_global_batches_under_every_split(val_batches):
+    """--val-batches N: the launching process counts N global batches of the validation set (all of it at most), and
+    every rank, at every split of the global batch, deals those first sequences of it (data order) as it deals the set."""
+    from shardlab.core.config import RunConfig
+
+    corpus = np.arange(100 * 8, dtype=np.uint32).reshape(100, 8)  # block i starts with 8 i
+    held = validation.split_rows(100, 0.2, seed=42)[1]  # --val-split 0.2 holds out 20, in data order
+    want = {1: 8, 2: 16, 3: 20, None: 20}[val_batches]
+    said = {} if val_batches is None else {"validated_sequences": want}  # said only with --val-batches
+    for world, mb, accum in SPLITS:
+        c = RunConfig(val_split=0.2, val_batches=val_batches, micro_batch_size=mb, grad_accum=accum, seq_len=8, seed=42)
+        summary, _ = validation.prepare_validation(c, 100, folder=None, world_size=world)
+        assert summary == {"source": "--val-split 0.2", "sequences": 20, "trained_sequences": 80, **said}
+        train, _, val = validation.split_for_validation(corpus, None, 0.2, c.seed, limit=summary.get("validated_sequences"))
+        assert len(train) == 80 and isinstance(val.blocks, validation.Rows)  # still rows of the memory map
+        passes, seen = set(), []
+        for rank in range(world):
+            batches = list(val.micro_batches(mb, world, rank))
+            passes.add(len(batches))
+            seen += [int(ids[k, 0]) // 8 for ids, labels in batches for k in range(mb) if (labels[k] != -100).any()]
+        assert len(passes) == 1 and sorted(seen) == held[:want].tolist(), (world, mb, accum)  # the first `want`, once each
+    assert validation.ValidationSet(corpus).first(7).blocks.base is not None  # --val-data's: a view, nothing read
+
+
+def test_val_batches_is_said_and_bad_values_refused_in_one_line(cache_dir, tmp_path, capsys, monkeypatch):
+    from shardlab.recipes import cli
+
+    assert validation.cap_note(None, {"sequences": 20, "validated_sequences": 20}) == ""
+    assert validation.cap_note(2, {"sequences": 20, "validated_sequences": 16}) == (
+        "\nvalidation: --val-batches 2: the first 16 of the 20 validation sequences validated on")
+    assert validation.cap_note(9, {"sequences": 20, "validated_sequences": 20}).endswith("(all of them: the set is no larger)")
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+    for flags, expected in [(["--val-split", "0.1", "--val-batches", "0"], "--val-batches: must be at least 1 (global "
+                             "batches of the validation set to validate on); leave it out to validate on the whole set (got '0')"),
+                            (["--val-batches", "2"], "--val-batches 2: there is no validation set; give --val-data PATH or "
+                             "--val-split F too")]:
+        rc = cli.main(["run", "--accelerator", "cpu", "--output", str(tmp_path / "out"), *flags])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.strip().splitlines() == [f"recipe: error: {expected}"] and not (tmp_path / "out").exists()
+
+
+def test_a_run_says_how_many_sequences_it_validates_on(cache_dir, monkeypatch, tmp_path):
+    """What `recipe run --val-split 0.1 --val-batches 2` hands its ranks (2 CPU ranks, micro-batch 4): summary.json's
+    data.validation and the line it prints; each rank then takes the first validated_sequences of the held-out blocks."""
+    from shardlab.core.config import RunConfig
+    from shardlab.recipes.run import prepare
+
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+    p = prepare(RunConfig(accelerator="cpu", devices=2, val_split=0.1, val_batches=2, output=str(tmp_path / "out")))
+    assert p.data["validation"] == {"source": "--val-split 0.1", "sequences": 141, "trained_sequences": 1269,
+                                    "validated_sequences": 16}
+    assert p.data_note.endswith("\nvalidation: --val-split 0.1: 141 of the 1410 sequences held out (seeded by --seed), 1269 "
+                                "trained on\nvalidation: --val-batches 2: the first 16 of the 141 validation sequences "
+                                "validated on")
