@@ -65,12 +65,22 @@ def zero2_states(n: int, w: Workload, offload: bool) -> ModelStates:
 # zero2_offload on one H200, llama-1b with checkpointing: 4.42 / 5.64 GiB at micro-batch 4 / 8 under Liger, 5.98 under
 # torch. The 16-bit parameters, the reduce bucket beside the recomputed layer and activations leave 0.23-0.31 GiB.
 ZERO2_OFFLOAD_OVERHEAD = int(0.25 * 2**30)
-# ZeRO-3 with offload keeps DeepSpeed's default buckets (ZERO3_TUNING is for zero3 alone); what is live of them
-# beside a recomputed layer measured 0.54-0.86 GiB (llama-1b and the 3B shape, micro-batch 2-8): 0.75e9 bytes.
-ZERO3_OFFLOAD_BUCKET_BYTES = int(0.75e9)
+# ZeRO-3 with offload keeps DeepSpeed's default buckets (ZERO3_TUNING is for zero3 alone). The allocator's history of
+# two points (3B zero3_offload_all and llama-1b zero3_offload, checkpointing, micro-batch 4; results/2026-12-03-memory-
+# h200/snapshot-*.json) shows a 16-bit buffer of reduce_bucket_size (1.0e9 bytes) allocated before training in both,
+# no fetch buffer beside the parameters at world size 1 (the partition is the whole parameter), and the peak at a flush
+# of the gradient bucket in backward: the flushed bucket (0.9 GiB) and an fp32 norm buffer of the gradients flushed
+# (0.19 / 0.49 GiB), while the checkpoints of the layers already done are freed and no layer is recomputed. The
+# estimate counts it in its recompute phase (every checkpoint and a recomputed layer) plus what the flush adds there:
+# a decoder layer's gradients in fp32 (the norm buffer's scale; at most a bucket's, and this rank's partition of it)
+# and 0.35e9 bytes. That constant is fitted: with it
+# the 36 zero3_offload and zero3_offload_all points measured on one H200 (llama-1b, the 3B shape, Llama-2-7B) fall
+# within -7.2% .. +7.5% (results/2026-12-03-memory-h200.md).
+ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
-def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool) -> ModelStates:
+def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool,
+                 held_output_grad: int = 0, layer: int = 0) -> ModelStates:
     """ZeRO-3, the unit fetched whole being `largest` parameters (a decoder layer, shardlab's fetch unit).
     GPU through forward/backward: the fetched unit (4 x largest, DeepSpeed's convention) and the 16-bit
     parameter, 16-bit gradient, fp32 master and Adam partitions (16n / gpus: DeepSpeed's estimator counts 18,
@@ -79,8 +89,12 @@ def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, off
     the 3B shape at 66.3 (67.8).
     Optimizer offload keeps the 16-bit parameter partition on the GPU (and DeepSpeed's buckets while layers'
     gradients arrive); parameter offload keeps up to stage3_max_live_parameters fetched back for compute, never
-    more than optimizer offload alone holds. CPU: see OFFLOAD_CPU_BYTES_PER_PARAM; the optimizer states are
-    partitioned over the node's GPUs (per node: n / nodes)."""
+    more than optimizer offload alone holds; at world size 1 nothing is gathered beside them. Beside a recomputed
+    layer: the bucket's flush (ZERO3_OFFLOAD_FLUSH_BYTES) and `held_output_grad`, the tied output matrix's gradient that
+    Liger's fused loss makes in forward and that lives until the embedding's gradient is reduced at the end of
+    backward (0.73 GiB in the 3B snapshot). DeepSpeed's bucket buffer (REDUCE_BUCKET_BYTES) is the fixed overhead.
+    CPU: see OFFLOAD_CPU_BYTES_PER_PARAM; the optimizer states are partitioned over the node's GPUs (per node:
+    n / nodes)."""
     gpus, per_node, fetched = w.world_size, 1 / w.num_nodes, 4 * largest
     if offload_optimizer:
         resident = int(2 * n / gpus)
@@ -88,7 +102,9 @@ def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, off
             resident = min(2 * min(n, ZERO3_MAX_LIVE_PARAMETERS), resident)
         per_param = OFFLOAD_CPU_BYTES_PER_PARAM + (PARAM_OFFLOAD_CPU_BYTES_PER_PARAM if offload_params else 0)
         cpu = int(n * per_param * per_node) + OFFLOAD_PROCESS_CPU_BYTES[3] * w.gpus_per_node
-        return ModelStates(gpu=fetched + resident, cpu=cpu, gradient_buckets=ZERO3_OFFLOAD_BUCKET_BYTES)
+        norm = 4 * min(layer, REDUCE_BUCKET_BYTES // 2) // gpus  # fp32, of this rank's part of a bucket's gradients
+        return ModelStates(gpu=(fetched if gpus > 1 else 0) + resident, cpu=cpu, fixed_overhead=REDUCE_BUCKET_BYTES,
+                           gradient_buckets=ZERO3_OFFLOAD_FLUSH_BYTES + norm + held_output_grad)
     forward = fetched + int(16 * n / gpus)
     step_only = int(6 * n / gpus)
     return ModelStates(gpu=forward + step_only, cpu=int(largest * 4 * w.gpus_per_node * 1.5), step_only=step_only)
@@ -208,8 +224,10 @@ class ZeRO(Strategy):
             return zero2_states(shape.params, work, offload=self.offload != "none")
         # DeepSpeed's estimate with its "largest layer" = the unit ZeRO-3 fetches whole: a decoder layer (build_model)
         fetched = max(shape.largest_layer_params, shape.decoder_layer_params)
-        return zero3_states(shape.params, fetched, work,
-                                   offload_optimizer=self.offload != "none", offload_params=self.offload == "all")
+        held = shape.vocab * shape.hidden * work.compute_bytes if shape.tied and work.kernels == "liger" else 0
+        return zero3_states(shape.params, fetched, work, offload_optimizer=self.offload != "none",
+                            offload_params=self.offload == "all", held_output_grad=held,
+                            layer=shape.decoder_layer_params)
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
         config = self.ds_config(ctx)

@@ -117,12 +117,7 @@ def _tag(r: dict) -> str:
 
 
 # Points measured outside 10%, each with what is known; strict: once the estimate holds there, remove the entry.
-KNOWN_OUTSIDE = {
-    "llama-3.2-3b-zero3_offload_all-liger-ac-mb4": "estimate +11.3% (6.62 vs 5.95 GiB): the allocator snapshot "
-    "(results/2026-12-03-memory-h200/) shows the peak at a flush of DeepSpeed's gradient bucket, not beside a "
-    "recomputed layer, and the live parameters counted twice (as stage3_max_live_parameters and as a fetch unit); "
-    "the flush-phase model is not built yet (issue 18)",
-}
+KNOWN_OUTSIDE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(reason=KNOWN_OUTSIDE[_tag(r)], strict=True))
