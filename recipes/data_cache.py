@@ -12,7 +12,8 @@ what it built. Where the filesystem's locks do not reach every process (or it ha
 folder of its own name (host, process, random), and publish it by an atomic rename to the key's name: the first
 rename wins, a later one finds the folder there and discards its own copy for the one published (the same bytes:
 building is deterministic). A cache folder is never seen half-written, nor half-removed: a bad one is renamed
-aside before it is deleted.
+aside before it is deleted. What a build killed on this host left (its process gone) goes with the key's next
+preparation.
 """
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ def prepare_data(data: Optional[str], text_field: str, seq_len: int, tokenizer_f
     final = root / "data" / key
     final.parent.mkdir(parents=True, exist_ok=True)
     with _locked(final.with_name(f".{key}.lock")):
+        _sweep(final)
         warnings = []
         if final.exists():
             found, problem = _read(final, seq_len)
@@ -171,6 +173,29 @@ def _publish(tmp: Path, final: Path, seq_len: int) -> Optional[DataCache]:
 def _private(final: Path, kind: str) -> Path:
     """A name beside `final` that no other process uses, also on another host of a shared filesystem."""
     return final.with_name(f".{final.name}.{kind}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _sweep(final: Path) -> None:
+    """Remove what builds of this key killed on this host left (their process is gone): a temporary folder can hold
+    a corpus's worth of tables. Those of other hosts are left alone: this process cannot tell whether they still run."""
+    host = socket.gethostname()
+    for kind in ("tmp", "old"):
+        prefix = f".{final.name}.{kind}-{host}-"
+        for leftover in final.parent.glob(f".{final.name}.{kind}-*"):
+            rest = leftover.name[len(prefix):] if leftover.name.startswith(prefix) else ""
+            pid = rest.split("-")[0]
+            if pid.isdigit() and rest.count("-") == 1 and not _alive(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _discard(folder: Path) -> None:

@@ -1,4 +1,6 @@
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -328,3 +330,14 @@ def test_two_processes_preparing_one_cache_at_once_get_the_same_whole_cache(toke
         assert folders == [Path(results[0]["folder"]).name], (mode, folders)  # no temporary folder left either
         again = data_cache.prepare_data(str(path), "text", 64, tokenizer_folder, 1, tmp_path / mode, "auto")
         assert not again.built and again.meta == results[0]["meta"]  # and it reads back
+    # what a killed build left on this host goes with the next preparation; a running one's, or another host's, stays
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    root, name = tmp_path / "locked" / "data", Path(results[0]["folder"]).name
+    host = socket.gethostname()
+    left = {who: root / f".{name}.tmp-{h}-{pid}-0a1b2c3d" for who, h, pid in
+            (("dead", host, dead.pid), ("running", host, os.getpid()), ("elsewhere", "other-node", dead.pid))}
+    for folder in left.values():
+        (folder / "hf").mkdir(parents=True)
+    data_cache.prepare_data(str(path), "text", 64, tokenizer_folder, 1, tmp_path / "locked", "auto")
+    assert {who: folder.exists() for who, folder in left.items()} == {"dead": False, "running": True, "elsewhere": True}
