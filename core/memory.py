@@ -84,8 +84,8 @@ class ModelStates:
     """GPU buffers outside the backend's own model-state estimate (ZeRO-3 parameter offload fetches up to
     stage3_max_live_parameters parameters back to the GPU)."""
     gradient_buckets: int = 0
-    """GPU buffers that fill only while decoder layers' gradients are reduced (after the loss's backward):
-    they meet a recomputed layer, not the loss's peak."""
+    """What lives beside a recomputed layer in backward and not at the loss's peak: buffers that fill only while
+    decoder layers' gradients are reduced (ZeRO's buckets), and what else the backend holds through backward."""
     after_loss: int = 0
     """Part of `gpu` made only once backward has passed the loss (the output matrix's gradient, a decoder layer's
     gradient in flight): not yet live while torch's loss holds its logits (Liger's fused loss makes the output

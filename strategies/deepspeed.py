@@ -73,16 +73,15 @@ ZERO2_OFFLOAD_OVERHEAD = int(0.25 * 2**30)
 # (0.19 / 0.49 GiB), while the checkpoints of the layers already done are freed and no layer is recomputed. The
 # estimate counts it in its recompute phase (every checkpoint and a recomputed layer) plus what the flush adds there:
 # a decoder layer's gradients in fp32 (the norm buffer's scale; at most a bucket's, and this rank's partition of it)
-# and 0.35e9 bytes. That constant is fitted: with it
-# the 36 zero3_offload and zero3_offload_all points measured on one H200 (llama-1b, the 3B shape, Llama-2-7B) fall
-# within -7.2% .. +7.5% (results/2026-12-03-memory-h200.md).
+# and 0.35e9 bytes. That constant is fitted: with it the 36 zero3_offload and zero3_offload_all points measured on one
+# H200 (llama-1b, the 3B shape, Llama-2-7B) fall within -7.2% .. +7.5% (results/2026-12-03-memory-h200.md).
 ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
-def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, offload_params: bool,
-                 held_output_grad: int = 0, layer: int = 0) -> ModelStates:
-    """ZeRO-3, the unit fetched whole being `largest` parameters (a decoder layer, shardlab's fetch unit).
-    GPU through forward/backward: the fetched unit (4 x largest, DeepSpeed's convention) and the 16-bit
+def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool) -> ModelStates:
+    """ZeRO-3, the unit fetched whole being the larger of a decoder layer (shardlab's fetch unit, build_model) and
+    the largest module (DeepSpeed's "largest layer").
+    GPU through forward/backward: the fetched unit (4 bytes a parameter, DeepSpeed's convention) and the 16-bit
     parameter, 16-bit gradient, fp32 master and Adam partitions (16n / gpus: DeepSpeed's estimator counts 18,
     an fp32 gradient partition that exists only in the step). The step adds that and a 16-bit working copy
     (6n / gpus): llama-1b with checkpointing peaks at 22.97 GiB at micro-batch 4 and 8 alike (estimate 23.3),
@@ -90,11 +89,12 @@ def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, off
     Optimizer offload keeps the 16-bit parameter partition on the GPU (and DeepSpeed's buckets while layers'
     gradients arrive); parameter offload keeps up to stage3_max_live_parameters fetched back for compute, never
     more than optimizer offload alone holds; at world size 1 nothing is gathered beside them. Beside a recomputed
-    layer: the bucket's flush (ZERO3_OFFLOAD_FLUSH_BYTES) and `held_output_grad`, the tied output matrix's gradient that
-    Liger's fused loss makes in forward and that lives until the embedding's gradient is reduced at the end of
+    layer: the bucket's flush (ZERO3_OFFLOAD_FLUSH_BYTES) and, under Liger, the tied output matrix's gradient that
+    its fused loss makes in forward and that lives until the embedding's gradient is reduced at the end of
     backward (0.73 GiB in the 3B snapshot). DeepSpeed's bucket buffer (REDUCE_BUCKET_BYTES) is the fixed overhead.
     CPU: see OFFLOAD_CPU_BYTES_PER_PARAM; the optimizer states are partitioned over the node's GPUs (per node:
     n / nodes)."""
+    n, largest = s.params, max(s.largest_layer_params, s.decoder_layer_params)
     gpus, per_node, fetched = w.world_size, 1 / w.num_nodes, 4 * largest
     if offload_optimizer:
         resident = int(2 * n / gpus)
@@ -102,9 +102,10 @@ def zero3_states(n: int, largest: int, w: Workload, offload_optimizer: bool, off
             resident = min(2 * min(n, ZERO3_MAX_LIVE_PARAMETERS), resident)
         per_param = OFFLOAD_CPU_BYTES_PER_PARAM + (PARAM_OFFLOAD_CPU_BYTES_PER_PARAM if offload_params else 0)
         cpu = int(n * per_param * per_node) + OFFLOAD_PROCESS_CPU_BYTES[3] * w.gpus_per_node
-        norm = 4 * min(layer, REDUCE_BUCKET_BYTES // 2) // gpus  # fp32, of this rank's part of a bucket's gradients
+        norm = 4 * min(s.decoder_layer_params, REDUCE_BUCKET_BYTES // 2) // gpus  # fp32, this rank's part of a bucket
+        held = s.vocab * s.hidden * w.compute_bytes if s.tied and w.kernels == "liger" else 0
         return ModelStates(gpu=(fetched if gpus > 1 else 0) + resident, cpu=cpu, fixed_overhead=REDUCE_BUCKET_BYTES,
-                           gradient_buckets=ZERO3_OFFLOAD_FLUSH_BYTES + norm + held_output_grad)
+                           gradient_buckets=ZERO3_OFFLOAD_FLUSH_BYTES + norm + held)
     forward = fetched + int(16 * n / gpus)
     step_only = int(6 * n / gpus)
     return ModelStates(gpu=forward + step_only, cpu=int(largest * 4 * w.gpus_per_node * 1.5), step_only=step_only)
@@ -222,12 +223,7 @@ class ZeRO(Strategy):
     def model_state_bytes(self, shape, work):
         if self.stage == 2:
             return zero2_states(shape.params, work, offload=self.offload != "none")
-        # DeepSpeed's estimate with its "largest layer" = the unit ZeRO-3 fetches whole: a decoder layer (build_model)
-        fetched = max(shape.largest_layer_params, shape.decoder_layer_params)
-        held = shape.vocab * shape.hidden * work.compute_bytes if shape.tied and work.kernels == "liger" else 0
-        return zero3_states(shape.params, fetched, work, offload_optimizer=self.offload != "none",
-                            offload_params=self.offload == "all", held_output_grad=held,
-                            layer=shape.decoder_layer_params)
+        return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all")
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
         config = self.ds_config(ctx)
