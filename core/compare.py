@@ -18,6 +18,13 @@ from shardlab.core.strategy import PrecisionPlan
 # 4.5e-3 (benchmarks/results/2026-12-02-compare-h200/). 2e-2 is 4x the larger, and still catches a
 # wrong learning rate, loss scale or clipping, which move the loss by more within a few steps.
 TOLERANCE = {"32-true": 1e-5, "bf16-mixed": 2e-2, "bf16-true": 2e-2, "16-mixed": 2e-2}
+# A float8 run (--float8, `recipe compare` entry A:float8) against bf16 ones: the same model trained with another
+# arithmetic, not the same arithmetic reordered. e4m3 keeps 3 mantissa bits to bf16's 7, so every converted matmul
+# rounds its inputs ~16x more coarsely, and the per-tensor scales follow the data. Measured: CPU, tiny, 50 steps,
+# fsdp against fsdp:float8 and ddp:float8, bf16-mixed: at most 4.4e-3. Not yet measured on a GPU shape. 5e-2 stays above what float8 is
+# reported to cost (torchtitan's Llama 3 float8 curves within ~1% of bf16) and below what a broken scale or
+# cast does within a few steps (a loss that stalls or climbs).
+FLOAT8_TOLERANCE = 5e-2
 
 _TRUE_TO_MIXED = {"bf16-true": "bf16-mixed", "16-true": "16-mixed"}
 
@@ -93,11 +100,17 @@ class LossParity:
         return {**asdict(self), "parity": self.parity}
 
 
-def loss_parity(losses: dict[str, list[float]], precision: str) -> LossParity:
-    """Every strategy's per-step loss against the first strategy's."""
+def tolerance(precision: str, float8: bool = False) -> float:
+    """The relative per-step tolerance: the precision's, or FLOAT8_TOLERANCE when float8 runs meet bf16 ones."""
+    return max(TOLERANCE[precision], FLOAT8_TOLERANCE) if float8 else TOLERANCE[precision]
+
+
+def loss_parity(losses: dict[str, list[float]], precision: str, float8: bool = False) -> LossParity:
+    """Every strategy's per-step loss against the first strategy's. float8: some runs' linears multiply in float8
+    and others' not (the wider tolerance)."""
     names = list(losses)
     ref = losses[names[0]]
-    tol = TOLERANCE[precision]
+    tol = tolerance(precision, float8)
     abs_d: dict[str, list[float]] = {}
     rel_d: dict[str, list[float]] = {}
     first: tuple[Optional[int], Optional[str]] = (None, None)
@@ -118,7 +131,7 @@ def loss_parity(losses: dict[str, list[float]], precision: str) -> LossParity:
     return LossParity(tol, abs_d, rel_d, max(flat_abs), max(flat_rel), first[0], first[1], identical)
 
 
-def val_loss_parity(val_losses: dict[str, list[dict]], precision: str) -> Optional[dict[str, Any]]:
+def val_loss_parity(val_losses: dict[str, list[dict]], precision: str, float8: bool = False) -> Optional[dict[str, Any]]:
     """The validation losses ({step, loss, tokens} each) against the first strategy's, with the training losses'
     tolerance; None when the runs did not validate. The steps must be the same, as must the targets counted."""
     names = list(val_losses)
@@ -126,7 +139,7 @@ def val_loss_parity(val_losses: dict[str, list[dict]], precision: str) -> Option
         return None
     ref = names[0]
     steps = {n: [v["step"] for v in val_losses[n]] for n in names}
-    parity = loss_parity({n: [v["loss"] for v in val_losses[n]] for n in names}, precision)
+    parity = loss_parity({n: [v["loss"] for v in val_losses[n]] for n in names}, precision, float8)
     other_steps = [n for n in names[1:] if steps[n] != steps[ref] or
                    [v["tokens"] for v in val_losses[n]] != [v["tokens"] for v in val_losses[ref]]]
     ok = parity.parity and not other_steps

@@ -20,6 +20,10 @@ class RunConfig(BaseModel):
     """Strategy preset name (see `recipe strategies`), or `auto`: the selector's choice (see `recipe plan`)."""
     offload: Optional[Literal["optimizer", "all"]] = None
     """Move the optimizer (or optimizer and parameters) to CPU: picks the offloading preset of the strategy's family."""
+    offload_ratio: Optional[float] = Field(None, gt=0, le=1)
+    """ZeRO-3 optimizer offload only: the share of the optimizer (fp32 weights, Adam moments and their gradients) kept
+    on the CPU and stepped there; the rest stays on the GPU and steps there (DeepSpeed's offload_optimizer.ratio);
+    default 1: all of it on the CPU."""
     model: str = "tiny"
     """A shipped shape (`recipe models`: tiny, tinyllama-1.1b, llama-2-7b, llama-3.1-8b, llama-3.2-1b, ...; random
     weights), a local HF Llama folder, or, for `recipe plan` only, a config.json or a folder holding just that."""
@@ -102,6 +106,10 @@ class RunConfig(BaseModel):
     """Recompute each decoder layer's activations in backward instead of keeping them; default: off, unless `--strategy auto` needs it to fit without (more) CPU offload (it says so); given either way, it is never overridden."""
     compile: Optional[bool] = None
     """torch.compile each decoder layer; default: off with Liger kernels (the GPU default where installed; they fail under compile), else on for GPU runs of the strategies measured faster with it (ddp, fsdp, zero2)."""
+    float8: bool = False
+    """Decoder layers' linear layers multiply in float8 (torchao: dynamic per-tensor scales, e4m3 forward, e5m2
+    gradients; under fsdp the weights are also all-gathered in float8); with bf16-mixed or bf16-true only, opt-in:
+    check it against bf16 with `recipe compare --strategies fsdp,fsdp:float8`; needs `pip install 'shardlab[float8]'`."""
     chunked_loss: bool = False
     """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
     kernels: Optional[Literal["torch", "liger"]] = None

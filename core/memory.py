@@ -59,6 +59,10 @@ class Workload:
     """`liger`: Liger's fused RMSNorm, SwiGLU, RoPE and linear cross-entropy (what they keep differs from torch's)."""
     compiled: Optional[bool] = False
     """torch.compile per decoder layer (None: not decided yet, each preset's default) (with torch kernels: the fused graph keeps fewer norm intermediates)."""
+    float8: bool = False
+    """Decoder layers' linears multiply in float8 (torchao): float8 copies of their inputs and weights beside the bf16 ones."""
+    offload_ratio: float = 1.0
+    """ZeRO-3 optimizer offload: the share of the optimizer on the CPU; the rest (and its fp32 gradients) stays on the GPU."""
 
     @property
     def world_size(self) -> int:

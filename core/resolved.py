@@ -54,7 +54,8 @@ class ResolvedRun(BaseModel):
         return RunContext(accelerator=c.accelerator, devices=c.devices, num_nodes=c.num_nodes, precision=c.precision,
                           grad_accum=c.grad_accum, grad_clip=c.grad_clip, micro_batch_size=c.micro_batch_size,
                           grad_reduce_dtype=c.grad_reduce_dtype, activation_checkpointing=c.activation_checkpointing,
-                          compile=c.compile, chunked_loss=c.chunked_loss, kernels=c.kernels,
+                          compile=c.compile, chunked_loss=c.chunked_loss, kernels=c.kernels, float8=c.float8,
+                          offload_ratio=1.0 if c.offload_ratio is None else c.offload_ratio,
                           loss_scale=(c.loss_scale_initial_power, c.loss_scale_window, c.loss_scale_hysteresis,
                                       c.loss_scale_min), native_config=self.deepspeed_config)
 

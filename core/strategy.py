@@ -47,6 +47,11 @@ class Capabilities(BaseModel):
     """Lightning precision strings this preset accepts."""
     compile: bool = True
     """torch.compile of the decoder layers works under this backend."""
+    float8: bool = False
+    """Decoder layers' linears in float8 (torchao's Float8Linear, `--float8`) train correctly under this backend
+    (tested against bf16; recipes/module.py converts them after build_model unless the adapter did it before)."""
+    offload_ratio: bool = False
+    """Keeps part of the offloaded optimizer on the GPU (`--offload-ratio`, DeepSpeed ZeRO-3's offload_optimizer.ratio)."""
     selector_role: Optional[Literal["small", "large_single_node", "large", "offload_optimizer", "offload_all"]] = None
     """The branch of the selector's decision tree (core/selector.py) that picks this preset: small (< 10B, no
     offload), large_single_node (>= 10B on one node of < 8 GPUs), large (>= 10B otherwise), offload_optimizer,
@@ -78,6 +83,8 @@ class RunContext:
     compile: bool = False  # torch.compile each decoder layer's forward
     chunked_loss: bool = False  # output projection + cross-entropy per chunk of tokens (recipes/loss.py)
     kernels: str = "torch"  # "torch" or "liger" (fused Triton kernels, recipes/kernels.py)
+    float8: bool = False  # decoder layers' linears in float8 (torchao), recipes/float8.py
+    offload_ratio: float = 1.0  # ZeRO-3 optimizer offload: share of the optimizer on the CPU (DeepSpeed offload_optimizer.ratio)
     native_config: Optional[dict] = None  # the user's own backend config (--deepspeed-config), as use_native_config filled it
 
     @property
@@ -160,6 +167,11 @@ class Strategy(ABC):
             )
         if ctx.compile and not self.capabilities.compile:
             raise UserError(f"--compile: strategy '{self.name}' does not run with torch.compile; use --no-compile")
+        if ctx.float8 and not self.capabilities.float8:
+            raise UserError(f"--float8: strategy '{self.name}' does not train float8 linears correctly; use fsdp or ddp, or drop --float8")
+        if ctx.offload_ratio != 1.0 and not self.capabilities.offload_ratio:
+            raise UserError(f"--offload-ratio {ctx.offload_ratio:g}: strategy '{self.name}' keeps no part of an offloaded "
+                            f"optimizer on the GPU; use zero3_offload, or drop --offload-ratio")
         defaults = RunContext.__dataclass_fields__["loss_scale"].default
         for i, knob in enumerate(("initial_power", "window", "hysteresis", "min")):
             if ctx.loss_scale[i] != defaults[i] and knob not in self.loss_scale_knobs:
@@ -217,6 +229,10 @@ class Strategy(ABC):
         buffers of their own and clear them in their own step (DeepSpeed) make it a no-op.
         """
         optimizer.zero_grad(set_to_none=True)
+
+    def after_optimizer_step(self, model: torch.nn.Module, ctx: RunContext) -> None:
+        """Right after each optimizer step and release_gradients: what the backend prepares from the new weights for
+        the next forward (FSDP2 under --float8: every float8 weight's scale in one all-reduce). Default: nothing."""
 
     def model_state_bytes(self, shape: "Shape", work: "Workload") -> Optional["ModelStates"]:
         """Per-rank bytes of parameters, gradients and optimizer states on GPU and CPU (`core.memory`).

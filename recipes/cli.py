@@ -61,6 +61,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             from shardlab.recipes import flags
 
             flags.run_config(args)  # every bad flag reported before the slow import; the command reads them again
+        from shardlab.recipes import ranks  # noqa: F401  (on import: library output no user can act on is dropped)
+
         return _module(args.command).main(args)
     except (UserError, RunFailed) as e:
         print(f"recipe: error: {e}", file=sys.stderr)

@@ -21,15 +21,35 @@ from shardlab.recipes.flags import add_run_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--strategies", required=True, help="comma-separated presets; the first is the reference")
+    parser.add_argument("--strategies", required=True,
+                        help="comma-separated presets, the first the reference; PRESET:float8 runs it with --float8 "
+                             "(e.g. fsdp,fsdp:float8: float8 against bf16)")
     parser.add_argument("--no-align", action="store_true",
                         help="run each backend's default dtypes and flag every mismatch instead of aligning them")
     parser.add_argument("--test-lr-override", action="append", default=[], help=argparse.SUPPRESS)  # NAME=LR, tests only
     add_run_arguments(parser, exclude=("strategy",))
 
 
+# What an entry's suffix changes: `fsdp:float8` is the fsdp preset with --float8.
+VARIANTS: dict[str, dict[str, Any]] = {"float8": {"float8": True}}
+
+
+def entry(name: str) -> dict[str, Any]:
+    """The config fields one --strategies entry sets: PRESET or PRESET:VARIANT."""
+    preset, _, variant = name.partition(":")
+    if variant and variant not in VARIANTS:
+        raise UserError(f"--strategies {name}: unknown variant '{variant}'; PRESET:{' or PRESET:'.join(VARIANTS)} "
+                        f"(e.g. fsdp:float8), or the preset alone")
+    return {"strategy": preset, **VARIANTS.get(variant, {})}
+
+
 def _plans(cfg: RunConfig, names: list[str]) -> dict[str, ResolvedRun]:
-    return {n: resolve_run(cfg.model_copy(update={"strategy": n})) for n in names}
+    return {n: resolve_run(cfg.model_copy(update=entry(n))) for n in names}
+
+
+def _folder(name: str) -> str:
+    """An entry's name as a file name: fsdp:float8 -> fsdp-float8."""
+    return name.replace(":", "-")
 
 
 def _audit(prepared: dict[str, ResolvedRun]) -> dict[str, Any]:
@@ -82,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
     if len(names) < 2 or len(set(names)) != len(names):
         raise UserError(f"--strategies {args.strategies}: give two or more different presets, e.g. zero3,fsdp")
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields}
-    base = load_config(getattr(args, "config", None), {**overrides, "strategy": names[0]})
+    base = load_config(getattr(args, "config", None), {**overrides, "strategy": entry(names[0])["strategy"]})
     lr_override = dict(item.split("=", 1) for item in args.test_lr_override)
     out = Path(base.output or "runs/compare")
 
@@ -98,23 +118,27 @@ def main(args: argparse.Namespace) -> int:
     # 2. Run each strategy in its own processes, one after another, from the same resolved config.
     summaries: dict[str, dict] = {}
     for i, name in enumerate(names, 1):
-        cfg = prepared[name].config.model_copy(update={"output": str(out / "runs" / name)})
+        cfg = prepared[name].config.model_copy(update={"output": str(out / "runs" / _folder(name))})
         if name in lr_override:
             cfg = cfg.model_copy(update={"lr": float(lr_override[name])})
-        cfg_file = out / "runs" / f"{name}.yaml"
+        cfg_file = out / "runs" / f"{_folder(name)}.yaml"
         cfg_file.parent.mkdir(parents=True, exist_ok=True)
         cfg_file.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
-        log_file = out / "runs" / f"{name}.log"
+        log_file = out / "runs" / f"{_folder(name)}.log"
         rc = _run_one(f"compare: [{i}/{len(names)}] {name}", cfg_file, log_file)
         if rc != 0:
             tail = log_file.read_text().strip().splitlines()[-1:]
             raise RunFailed(f"compare: the {name} run failed (exit {rc}): {' '.join(tail)}; log in {log_file}")
-        summaries[name] = json.loads((out / "runs" / name / "summary.json").read_text())
+        summaries[name] = json.loads((out / "runs" / _folder(name) / "summary.json").read_text())
 
-    # 3. Parity, performance, exports, suspects; then the report.
-    parity = cmp.loss_parity({n: s["losses"] for n, s in summaries.items()}, alignment.precision)
-    val_parity = cmp.val_loss_parity({n: s.get("val_losses", []) for n, s in summaries.items()}, alignment.precision)
-    suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()})
+    # 3. Parity, performance, exports, suspects; then the report. float8 against bf16: the wider tolerance, and the
+    # float8 setting is what is compared, not a suspect.
+    float8 = len({prepared[n].config.float8 for n in names}) > 1
+    parity = cmp.loss_parity({n: s["losses"] for n, s in summaries.items()}, alignment.precision, float8)
+    val_parity = cmp.val_loss_parity({n: s.get("val_losses", []) for n, s in summaries.items()}, alignment.precision,
+                                     float8)
+    ignore = ("strategy", "output", "offload") + (("float8",) if float8 else ())
+    suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()}, ignore)
     metrics = _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out)
     metrics["validation"] = val_parity
     write_json_atomic(out / "metrics.json", metrics)

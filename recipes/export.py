@@ -49,8 +49,9 @@ def _for_shell(state: dict[str, torch.Tensor], config, dtype: torch.dtype) -> di
 class HFExport(pl.Callback):
     """Collective part in on_train_end (every rank), files on rank 0 only."""
 
-    def __init__(self, source_folder: str, output: Path, probe: torch.Tensor, precision: str) -> None:
+    def __init__(self, source_folder: str, output: Path, probe: torch.Tensor, precision: str, float8: bool = False) -> None:
         self.source_folder, self.final, self.probe, self.precision = source_folder, output / "hf", probe, precision
+        self.float8 = float8  # --float8: the reloaded copy is checked with the same float8 linears (the folder is plain)
         self.max_abs_diff: Optional[float] = None
         self.rel_diff: Optional[float] = None
 
@@ -86,6 +87,9 @@ class HFExport(pl.Callback):
             shell.save_pretrained(tmp, safe_serialization=True)
             AutoTokenizer.from_pretrained(self.source_folder).save_pretrained(tmp)
             reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype).to(device).eval()
+            if self.float8:  # the same arithmetic as the trained model's, so that the check sees the weights only
+                from shardlab.recipes import float8
+                float8.convert(reloaded)
             again = _logits(reloaded, self.probe.to(device), self.precision)
             self.max_abs_diff = float((again - trained).abs().max())
             self.rel_diff = self.max_abs_diff / max(1.0, float(trained.abs().max()))

@@ -24,6 +24,10 @@ class LlamaModule(pl.LightningModule):
             return
         model = self.strategy.build_model(self.source, self, self.ctx)
         model.train()  # from_pretrained hands back eval mode
+        if self.ctx.float8:
+            from shardlab.recipes import float8
+            if not float8.count(model):  # FSDP2 converts before it shards (float8 all-gather), the others here
+                float8.convert(model)
         if self.ctx.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.ctx.kernels == "liger":  # before compile, so the compiled layers call Liger's kernels
@@ -63,6 +67,7 @@ class LlamaModule(pl.LightningModule):
     def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
         self.strategy.release_gradients(optimizer)  # not in the next step's closure, after its forward
+        self.strategy.after_optimizer_step(self.model, self.ctx)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         # Through the strategy, not Lightning's clip_gradients: Lightning refuses fused AdamW there.

@@ -53,7 +53,11 @@ _RANK_ZERO = DropMessages("GPU available:", "TPU available:", "HPU available:", 
                           "`Trainer.fit` stopped: `max_steps=", "-" * 100 + "\ndistributed_backend=")
 _LIGHTNING_INFO = {"lightning.pytorch.utilities.rank_zero": _RANK_ZERO, "lightning.fabric.utilities.rank_zero": _RANK_ZERO,
                    "lightning.fabric.utilities.distributed": DropMessages("Initializing distributed:"),
-                   "lightning.pytorch.accelerators.cuda": DropMessages("LOCAL_RANK:")}
+                   "lightning.pytorch.accelerators.cuda": DropMessages("LOCAL_RANK:"),
+                   # torchao (--float8; transformers imports it wherever it is installed): its CUDA extensions a CPU
+                   # build cannot load (float8 training does not use them), and torch on torchao's Enum registration
+                   "torchao": DropMessages("Failed to load "),
+                   "torch.utils._pytree": DropMessages("%s is an Enum subclass and is now natively supported")}
 # Deprecations inside Lightning's own code (torch 2.13 deprecates what it calls): nothing a user can change.
 _LIBRARY_DEPRECATIONS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                          r"torch\.distributed\.nn\.functional\.all_gather is deprecated")

@@ -185,7 +185,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     train_blocks, train_labels, val = split_for_validation(blocks, labels, cfg.val_split, cfg.seed, p.val_blocks,
                                                            p.val_labels, limit=validated)
     probe = torch.from_numpy(blocks[:2].astype("int64"))
-    export = HFExport(str(p.folder), output, probe=probe, precision=ctx.precision) if cfg.export else None
+    export = HFExport(str(p.folder), output, probe=probe, precision=ctx.precision, float8=ctx.float8) if cfg.export else None
     callbacks: list = [recorder]  # first: a checkpoint written at the same step carries that step's loss
     if val is not None:  # after the recorder, before the progress line and any checkpoint of the same step
         callbacks.append(Validation(val, recorder, cfg.val_every, cfg.micro_batch_size))
@@ -241,7 +241,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
         "resumed_from": str(p.resume) if p.resume else None,
         "resumed_through": ("portable copy" if p.portable else "native state") if p.resume else None,
         "portable_load_s": getattr(loader, "seconds", None) if p.portable else None,
-        "auto": p.run.auto, "decisions": p.run.decisions,
+        "auto": p.run.auto, "decisions": p.run.decisions, "float8_linears": _float8_linears(module.model, ctx),
         "config": cfg.model_dump(), "model_folder": str(p.folder), "model": p.run.model,
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
     }
@@ -285,6 +285,15 @@ def _mfu(tokens_per_s_per_device: float, model_cfg, seq_len: int, ctx: RunContex
     return tokens_per_s_per_device * flops_per_token(model_cfg, seq_len) / peak if peak else None
 
 
+def _float8_linears(model, ctx: RunContext) -> int:
+    """How many linears trained in float8 (--float8; 0 without it): the summary's proof that it took effect."""
+    if not ctx.float8:
+        return 0
+    from shardlab.recipes import float8
+
+    return float8.count(model)
+
+
 def _leave_process_group() -> None:
     """A single process (no launcher) leaves its process group before the interpreter exits; rank
     processes end through ranks.finish_rank instead."""
@@ -306,7 +315,7 @@ def announce(run: ResolvedRun) -> None:
         print(f"shardlab: {decision}")
     for line in run.warnings:
         print(f"recipe: warning: {line}", file=sys.stderr)
-    print(f"shardlab: {c.strategy} on {run.world_size} x {c.accelerator}, {c.precision}, model {c.model}, "
+    print(f"shardlab: {c.strategy} on {run.world_size} x {c.accelerator}, {c.precision}{' + float8 linears' if c.float8 else ''}, model {c.model}, "
           f"micro-batch {c.micro_batch_size} x seq {c.seq_len} x accumulation {c.grad_accum}, output {c.output}", flush=True)
 
 

@@ -45,7 +45,7 @@ def ensure_adam_state(optimizer: torch.optim.Optimizer, step: int, params: Optio
     tensor (on the parameter's device when fused or capturable), DeepSpeedCPUAdam a Python int."""
     import torch
 
-    as_int = type(optimizer).__name__ == "DeepSpeedCPUAdam"
+    cpu_adam = type(optimizer).__name__ == "DeepSpeedCPUAdam"
     groups = optimizer.param_groups if params is None else [{**optimizer.param_groups[0], "params": params}]
     for group in groups:
         for p in group["params"]:
@@ -53,7 +53,8 @@ def ensure_adam_state(optimizer: torch.optim.Optimizer, step: int, params: Optio
             if "exp_avg" not in state:
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            if as_int:
+            # under partial offload a ZeRO-3 partition on the GPU steps with torch's AdamW (deepspeed_lightning.py)
+            if cpu_adam and p.device.type == "cpu":
                 state["step"] = int(step)
             elif isinstance(state.get("step"), torch.Tensor):
                 state["step"] = torch.full_like(state["step"], float(step))

@@ -17,15 +17,19 @@ if TYPE_CHECKING:  # torch and Lightning load when a run builds the strategy, no
 
 # Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
 # mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
-def ddp_states(n: int, w: Workload) -> ModelStates:
+def ddp_states(s: Shape, w: Workload) -> ModelStates:
     """Full replica: master params + grads + Adam (2 states) + DDP's gradient buckets (Lightning keeps
     gradient_as_bucket_view off, so they are a copy): 20 bytes per parameter in fp32. Under *-mixed, autocast
     caches a 16-bit copy of each weight through forward (2n more): on one H200 (llama-1b, Liger) the peak without
     checkpointing sits at the end of forward with it (36.44 GiB, estimate 37.5), while with checkpointing the
     peak comes in backward without it (22.58 / 24.24 GiB at micro-batch 4 / 8; estimates 22.9 / 24.9), no fixed
-    overhead on top. CPU: each rank loads the fp32 model before moving it to its GPU (4n)."""
+    overhead on top. CPU: each rank loads the fp32 model before moving it to its GPU (4n).
+    --float8: a Float8Linear casts its fp32 weight to float8 at each call and keeps no 16-bit copy, so autocast
+    caches only the rest (embeddings, lm_head); not measured on a GPU yet."""
+    n = s.params
     m = memory.master_bytes(w)
-    cache = 2 * n if w.precision.endswith("-mixed") and not w.activation_checkpointing else 0
+    converted = s.layers * (s.decoder_layer_params - 2 * s.hidden) if w.float8 else 0  # a layer less its two norms
+    cache = 2 * (n - converted) if w.precision.endswith("-mixed") and not w.activation_checkpointing else 0
     return ModelStates(gpu=n * (m + m + 2 * m + m), cpu=4 * n * w.gpus_per_node, forward_only=cache,
                        fp32_residual=w.precision.endswith("-mixed"), fixed_overhead=0, gradients=n * m)
 
@@ -54,7 +58,7 @@ class DDP(Strategy):
         return accelerate_base(ctx, "MULTI_GPU" if ctx.accelerator == "gpu" else "MULTI_CPU")
 
     def model_state_bytes(self, shape, work):
-        return ddp_states(shape.params, work)
+        return ddp_states(shape, work)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         return to_cpu_fp32(model.state_dict()) if is_rank_zero() else None
@@ -86,5 +90,5 @@ PRESETS = [Preset(
     name="ddp", strategy_cls=DDP, family="ddp",
     description="PyTorch DDP: full replica per rank, gradients all-reduced",
     # --compile: +9% tokens/s on one H200 (llama-1b, with --chunked-loss; results/2026-12-02-gpu-strategies-h200.md)
-    capabilities=Capabilities(compile_by_default=True, portable_checkpoint=True),
+    capabilities=Capabilities(compile_by_default=True, portable_checkpoint=True, float8=True),
 )]

@@ -78,6 +78,48 @@ ZERO2_OFFLOAD_OVERHEAD = int(0.25 * 2**30)
 ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
+# Partial optimizer offload (`--offload-ratio R`, DeepSpeed's offload_optimizer.ratio; ZeRO-Offload++). DeepSpeed
+# (runtime/zero/stage3.py) cuts each rank's partition into sub-groups, walking the parameters in order and closing a
+# sub-group once it holds >= sub_group_size elements (_create_fp16_sub_groups); the first int((1 - R) x count)
+# sub-groups keep their fp32 master, Adam moments and fp32 gradients on the GPU and step with a torch AdamW (its
+# "backup_optimizer"), the rest go to the CPU and step with DeepSpeedCPUAdam (_setup_for_real_optimizer,
+# _optimizer_step). The split is by count of sub-groups, and a parameter is never cut: at DeepSpeed's default of 1e9
+# elements a 1B model is one or two sub-groups and R means nothing. With a ratio the preset sets sub_group_size to
+# 1e7: for R = 0.25 .. 0.9 the GPU share (1 - offloaded_share below) is then within 3.1 points of 1 - R for llama-1b
+# on 1-8 GPUs, 1 point for Llama-2-7B on 1-8 and 70B on 1-64 (computed, not measured). No size helps against one large
+# tensor early in the order: Llama-3.2-1B's tied embedding (21% of it) puts its GPU share up to 17 points over 1 - R;
+# the estimate counts the share DeepSpeed will really keep, not 1 - R. 1e7 keeps the step's loop short (70B on one
+# GPU: ~480 sub-groups, one optimizer call each); smaller adds calls for little, the floor being the largest
+# parameter's partition. A user's --deepspeed-config may set its own sub_group_size (its file wins).
+OFFLOAD_RATIO_SUB_GROUP_SIZE = 10**7
+
+
+def _parameter_sizes(s: Shape) -> list[int]:
+    """Element counts of the trainable parameters in the order ZeRO-3 groups them (LlamaForCausalLM's
+    named_parameters: embeddings, then per decoder layer q, k, v, o, gate, up, down and two norms, the final norm,
+    an untied lm_head; biases left out: a few thousand elements beside millions)."""
+    hd = s.head_dim or s.hidden // s.heads
+    q, kv, h, i = s.heads * hd, s.kv_heads * hd, s.hidden, s.intermediate
+    layer = [h * q, h * kv, h * kv, q * h, h * i, h * i, i * h, h, h]
+    return [s.vocab * h] + layer * s.layers + [h] + ([] if s.tied else [s.vocab * h])
+
+
+def offloaded_share(s: Shape, gpus: int, ratio: float, sub_group_size: int = OFFLOAD_RATIO_SUB_GROUP_SIZE) -> float:
+    """The share of a rank's optimizer partition that DeepSpeed puts on the CPU for `ratio`: whole sub-groups, as
+    stage3.py cuts and assigns them (see OFFLOAD_RATIO_SUB_GROUP_SIZE); exactly 1.0 for ratio 1."""
+    if ratio >= 1:
+        return 1.0
+    parts = [-(-n // gpus) for n in _parameter_sizes(s)]  # each parameter's partition (ceil: DeepSpeed pads)
+    groups, acc = [], 0
+    for k, n in enumerate(parts):
+        acc += n
+        if acc >= sub_group_size or k == len(parts) - 1:
+            groups.append(acc)
+            acc = 0
+    on_gpu = sum(groups[:int((1 - ratio) * len(groups))])
+    return 1 - on_gpu / sum(parts)
+
+
 def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool) -> ModelStates:
     """ZeRO-3, the unit fetched whole being the larger of a decoder layer (shardlab's fetch unit, build_model) and
     the largest module (DeepSpeed's "largest layer").
@@ -93,7 +135,12 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
     its fused loss makes in forward and that lives until the embedding's gradient is reduced at the end of
     backward (0.73 GiB in the 3B snapshot). DeepSpeed's bucket buffer (REDUCE_BUCKET_BYTES) is the fixed overhead.
     CPU: see OFFLOAD_CPU_BYTES_PER_PARAM; the optimizer states are partitioned over the node's GPUs (per node:
-    n / nodes)."""
+    n / nodes).
+    A ratio R < 1 (w.offload_ratio) keeps the GPU's sub-groups' fp32 master and Adam moments (12 bytes a
+    parameter) and their fp32 gradient partition (4, allocated once by DeepSpeed, not per step) on the GPU and off
+    the CPU: 16 bytes x the GPU share (1 - offloaded_share, about 1 - R) of the partition move from the CPU side to
+    the GPU side. Not measured on a GPU yet: R = 1 is the measured points above; the ratio's points are the ZeRO
+    paper's bytes only (torch AdamW's temporaries over one sub-group in the step are not counted)."""
     n, largest = s.params, max(s.largest_layer_params, s.decoder_layer_params)
     gpus, per_node, fetched = w.world_size, 1 / w.num_nodes, 4 * largest
     if offload_optimizer:
@@ -102,6 +149,10 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
             resident = min(2 * min(n, ZERO3_MAX_LIVE_PARAMETERS), resident)
         per_param = OFFLOAD_CPU_BYTES_PER_PARAM + (PARAM_OFFLOAD_CPU_BYTES_PER_PARAM if offload_params else 0)
         cpu = int(n * per_param * per_node) + OFFLOAD_PROCESS_CPU_BYTES[3] * w.gpus_per_node
+        if w.offload_ratio < 1:  # the GPU's sub-groups: fp32 master + Adam moments (12) and fp32 gradients (4)
+            kept = 1 - offloaded_share(s, gpus, w.offload_ratio)
+            resident += int(16 * kept * n / gpus)
+            cpu -= int(16 * kept * n * per_node)
         norm = 4 * min(s.decoder_layer_params, REDUCE_BUCKET_BYTES // 2) // gpus  # fp32, this rank's part of a bucket
         held = s.vocab * s.hidden * w.compute_bytes if s.tied and w.kernels == "liger" else 0
         return ModelStates(gpu=(fetched if gpus > 1 else 0) + resident, cpu=cpu, fixed_overhead=REDUCE_BUCKET_BYTES,
@@ -155,6 +206,7 @@ class ZeRO(Strategy):
 
         run = dict(micro_batch_size=ctx.micro_batch_size, grad_accum=ctx.grad_accum, world_size=ctx.world_size,
                    grad_clip=ctx.grad_clip, precision=ctx.precision, stage=self.stage, offload=self.offload,
+                   offload_ratio=ctx.offload_ratio,
                    lr=spec.lr, weight_decay=spec.weight_decay, hidden_size=hidden_size)
         filled, _, warnings = ds_config.reconcile(config, run, name)
         for section in ("optimizer", "scheduler"):  # their values are the run's (recipes/resolve.py); shardlab builds both
@@ -168,6 +220,10 @@ class ZeRO(Strategy):
         zero: dict[str, Any] = {"stage": self.stage, "overlap_comm": False, "contiguous_gradients": True, **self.tuning}
         if self.offload in ("optimizer", "all"):
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+        # only for a ratio: the default run's config stays as it was (Strategy.check refuses it to presets without it)
+        if ctx.offload_ratio != 1 and "offload_optimizer" in zero:
+            zero["offload_optimizer"]["ratio"] = ctx.offload_ratio
+            zero["sub_group_size"] = OFFLOAD_RATIO_SUB_GROUP_SIZE  # enough sub-groups for the ratio to mean something
         if self.offload == "all":
             zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
         if self.stage == 3:
@@ -328,8 +384,11 @@ PRESETS = [
         kwargs={"stage": stage, "offload": offload, "tuning": ZERO3_TUNING if name == "zero3" else None},
         # torch.compile of the decoder layers: ZeRO-2 measured +11.6% on one H200 (47,128 -> 52,581 tokens/s, llama-1b,
         # results/2026-12-02-offload-and-ratios-h200.md); ZeRO-3 -16.5% (its parameter fetch hooks break the graphs).
+        # --offload-ratio: zero3_offload only. With parameter offload too (zero3_offload_all) the GPU's sub-groups
+        # would step fp32 masters whose 16-bit partitions live on the CPU; DeepSpeed's code does not refuse it, but
+        # no run here has exercised it (on CPU processes every sub-group is on the CPU anyway), so it stays refused.
         capabilities=Capabilities(offload=offload, compile_by_default=name == "zero2", native_config="deepspeed",
-                                  portable_checkpoint=True,
+                                  portable_checkpoint=True, offload_ratio=name == "zero3_offload", float8=True,
                                   selector_role=role, **_ZERO_SHARDS[stage]),
     )
     for name, stage, offload, role, desc in [

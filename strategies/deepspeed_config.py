@@ -71,6 +71,8 @@ def intent(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
         raise UserError(f"--deepspeed-config {name}: no zero_optimization.stage (1, 2 or 3); say which ZeRO stage the file is for")
     offload = _offload(zero)
     fields: dict[str, Any] = {"strategy": f"zero{zero['stage']}" + {"none": "", "optimizer": "_offload", "all": "_offload_all"}[offload]}
+    if _given(zero.get("offload_optimizer"), "ratio"):  # partial offload (--offload-ratio); Strategy.check refuses it but for zero3_offload
+        fields["offload_ratio"] = float(zero["offload_optimizer"]["ratio"])
     if (cfg.get("bf16") or cfg.get("bfloat16") or {}).get("enabled") is True:
         fields["precision"] = "bf16-mixed"
     elif (cfg.get("fp16") or {}).get("enabled") is True:
@@ -115,7 +117,8 @@ def reconcile(cfg: dict[str, Any], run: dict[str, Any], name: str) -> tuple[dict
     """Fill "auto" from `run`, check the rest against it.
 
     run: micro_batch_size, grad_accum, world_size, grad_clip, precision, stage, offload, lr, weight_decay,
-    hidden_size, activation_checkpointing. Returns (filled config, run fields to change, warnings).
+    hidden_size, activation_checkpointing, offload_ratio (default 1). Returns (filled config, run fields to change,
+    warnings).
     """
     cfg = copy.deepcopy(cfg)
     warnings, changes, problems = [], {}, []
@@ -139,6 +142,7 @@ def reconcile(cfg: dict[str, Any], run: dict[str, Any], name: str) -> tuple[dict
         ("bf16", "enabled"): (half == "bf16", "--precision"),
         ("fp16", "enabled"): (half == "fp16", "--precision"),
         ("zero_optimization", "stage"): (run["stage"], "--strategy"),
+        ("zero_optimization", "offload_optimizer", "ratio"): (run.get("offload_ratio", 1.0), "--offload-ratio"),
         ("optimizer", "params", "lr"): (run["lr"], "--lr"),
         ("optimizer", "params", "weight_decay"): (run["weight_decay"], "--weight-decay"),
         # the Hugging Face Trainer's fills for ZeRO-3 buckets

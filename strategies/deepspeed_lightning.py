@@ -50,4 +50,24 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             lr_scheduler=lr_scheduler,
             dist_init_required=False,
         )
+        share_backup_optimizer(ds_optimizer)
         return engine, ds_optimizer
+
+
+def share_backup_optimizer(zero) -> None:
+    """Partial offload (offload_optimizer.ratio < 1): DeepSpeed's ZeRO-3 steps the sub-groups it keeps on the GPU with
+    a torch AdamW of its own ("backup_optimizer", deepspeed/runtime/zero/stage3.py) whose first param group is a new
+    dict holding the lr of the moment it was built (LambdaLR had already set warm-up's first value), and whose state
+    is its own dict. The schedule steps DeepSpeedCPUAdam's groups only, so the GPU's share would keep that first lr,
+    and the per-parameter API (safe_get_full_optimizer_state: portable checkpoints) reads DeepSpeedCPUAdam's state
+    only. Both optimizers then share one first group (AdamW's own keys added, as DeepSpeed does for the other groups)
+    and one state dict: each sub-group's flat fp32 tensor is stepped by exactly one of them, so their entries never
+    mix. A no-op without the backup (ratio 1) and on CPU processes, where DeepSpeed puts every sub-group on the CPU."""
+    backup = getattr(zero, "backup_optimizer", None)
+    if backup is None:
+        return
+    main = zero.optimizer
+    for key, value in backup.param_groups[0].items():
+        main.param_groups[0].setdefault(key, value)  # params stays the main group's: DeepSpeed fills it per step
+    backup.param_groups[0] = main.param_groups[0]
+    backup.state = main.state

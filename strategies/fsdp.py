@@ -76,6 +76,9 @@ class FSDP2(Strategy):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
         model = source.build_empty(meta=True)
+        if ctx.float8:  # before sharding: the converted weights are then all-gathered in float8, not bf16
+            from shardlab.recipes import float8
+            float8.convert(model, fsdp_all_gather=True)
         mesh = module.device_mesh["data_parallel"]
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
         plan = self.precision_plan(ctx)
@@ -92,6 +95,12 @@ class FSDP2(Strategy):
         on_gpu = mesh.device_type == "cuda" and not self.offload  # offload keeps the shards in CPU memory
         load_shards(model, source, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
         return model
+
+    def after_optimizer_step(self, model: torch.nn.Module, ctx: RunContext) -> None:
+        if ctx.float8:  # the next all-gather's float8 scales, from the new weights: one all-reduce, not one per weight
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(model)
 
     def precision_plan(self, ctx: RunContext) -> PrecisionPlan:
         # torch's MixedPrecisionPolicy reduces in param_dtype unless reduce_dtype is given.
@@ -186,7 +195,7 @@ def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.devic
             local.copy_(source.read(name, rows=(start, start + local.shape[0])))
 
 
-_FSDP_CAPS = dict(portable_checkpoint=True, shards_optimizer=True, shards_gradients=True, shards_parameters=True,
+_FSDP_CAPS = dict(portable_checkpoint=True, float8=True, shards_optimizer=True, shards_gradients=True, shards_parameters=True,
                   precisions=("32-true", "bf16-mixed", "bf16-true"))
 PRESETS = [
     Preset(

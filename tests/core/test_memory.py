@@ -164,3 +164,38 @@ def test_the_current_gpu_defaults_were_measured():
         assert hits, (f"{name}: no H200 point measured under today's GPU defaults {defaults}; run benchmarks/gpu_memory.py "
                       f"and add its rows to {MEASURED.name}")
         assert {r["config"]["activation_checkpointing"] for r in hits} == {True, False} or "offload" in name, name
+
+
+def test_offload_ratio_moves_the_optimizer_share_to_the_gpu():
+    """zero3_offload --offload-ratio R: as R falls the GPU holds more (16 bytes a parameter of its share: fp32 master,
+    Adam moments, fp32 gradients) and the CPU less; R = 1 is today's estimate, to the byte. Not measured on a GPU yet."""
+    preset = registry.get("zero3_offload").build()
+    for model in ("llama-1b", "llama-2-7b"):
+        s = memory.shape_of(model_config(model))
+        for gpus in (1, 8):
+            base = _work(gpus, ac=True)
+            today = preset.estimate(s, base)
+            rows = [preset.estimate(s, memory.Workload(**{**base.__dict__, "offload_ratio": r}))
+                    for r in (1.0, 0.9, 0.75, 0.5, 0.25, 0.1)]
+            assert (rows[0].gpu_bytes, rows[0].cpu_bytes) == (today.gpu_bytes, today.cpu_bytes)
+            gpu, cpu = [e.gpu_bytes for e in rows], [e.cpu_bytes for e in rows]
+            assert gpu == sorted(gpu) and len(set(gpu)) == len(gpu), (model, gpus, gpu)
+            assert cpu == sorted(cpu, reverse=True), (model, gpus, cpu)
+            # what each of the node's ranks gains on the GPU, the node's CPU side loses
+            assert all(gpus * (g - gpu[0]) == pytest.approx(cpu[0] - c, rel=1e-6) for g, c in zip(gpu, cpu))
+
+
+@pytest.mark.parametrize("model,gpus,within", [("llama-1b", 1, 0.031), ("llama-1b", 2, 0.031), ("llama-1b", 8, 0.031),
+                                               ("llama-2-7b", 1, 0.01), ("llama-2-7b", 8, 0.01),
+                                               ("llama-2-70b", 8, 0.01), ("llama-2-70b", 64, 0.01)])
+def test_the_ratio_is_honoured_by_deepspeeds_sub_groups(model, gpus, within):
+    """With the preset's sub_group_size (1e7), DeepSpeed's whole sub-groups keep 1 - R of the partition on the GPU
+    to within the points its comment states (strategies/deepspeed.py); the default 1e9 would not."""
+    from shardlab.strategies.deepspeed import offloaded_share
+
+    s = memory.shape_of(model_config(model))
+    for r in (0.25, 0.5, 0.75, 0.9):
+        assert abs(offloaded_share(s, gpus, r) - r) <= within, (r, offloaded_share(s, gpus, r))
+    assert offloaded_share(s, gpus, 1.0) == 1.0
+    if s.params < 8 * 10**9:  # DeepSpeed's default: one sub-group per rank on 8 GPUs, none of it kept on the GPU
+        assert offloaded_share(s, 8, 0.5, sub_group_size=10**9) == 1.0

@@ -70,6 +70,12 @@ def _cases(tmp):
         "fp16 on cpu": (["--precision", "16-mixed"], "fp16 training needs a GPU"),
         "unknown precision": (["--precision", "fp8"], "--precision"),
         "offload without one": (["--strategy", "ddp", "--offload", "optimizer"], "no such CPU offload"),
+        **{f"offload ratio under {s}": (["--strategy", s, "--offload-ratio", "0.5"],
+                                        f"--offload-ratio 0.5: strategy '{s}' keeps no part of an offloaded optimizer on "
+                                        f"the GPU; use zero3_offload, or drop --offload-ratio")
+           for s in ("ddp", "fsdp", "fsdp_offload", "zero2_offload", "zero3", "zero3_offload_all")},
+        "offload ratio 0": (["--strategy", "zero3_offload", "--offload-ratio", "0"], "--offload-ratio: Input should be greater than 0"),
+        "offload ratio over 1": (["--strategy", "zero3_offload", "--offload-ratio", "1.5"], "--offload-ratio: Input should be less than or equal to 1"),
         "gpu without gpu": (["--accelerator", "gpu"], "no CUDA GPU"),
         "sequence too long": (["--seq-len", "4096"], "at most 2048"),
         "too little data": (["--micro-batch-size", "5000"], "one optimizer step needs"),

@@ -27,6 +27,28 @@ def test_deepspeed_json_is_read_by_deepspeed(in_process, tmp_path, preset, stage
         assert ds.zero_config.gather_16bit_weights_on_model_save  # else from_pretrained cannot load the save
 
 
+def test_offload_ratio_reaches_deepspeed_and_the_default_is_unchanged(in_process, tmp_path):
+    """--offload-ratio 0.5 writes offload_optimizer.ratio and sub_group_size 1e7 (enough sub-groups for the ratio,
+    strategies/deepspeed.py); without it, or at 1, the file is byte for byte the one written before the flag existed."""
+    written = {}
+    for name, flags in (("default", []), ("ratio-1", ["--offload-ratio", "1"]), ("half", ["--offload-ratio", "0.5"])):
+        out = tmp_path / f"{name}.json"
+        rc, _, err = in_process("export-config", "--format", "deepspeed", "--strategy", "zero3_offload", "--accelerator",
+                                "gpu", "--devices", "1", "--precision", "bf16-mixed", "--micro-batch-size", "2", "--output", out,
+                                *flags)
+        assert rc == 0, err
+        written[name] = out.read_bytes()
+    assert written["ratio-1"] == written["default"]
+    assert b"ratio" not in written["default"] and b"sub_group_size" not in written["default"]
+    ds = DeepSpeedConfig(str(tmp_path / "half.json"))  # DeepSpeed's own parser accepts it
+    assert ds.zero_config.offload_optimizer.ratio == 0.5 and ds.zero_config.sub_group_size == 10**7
+    default = json.loads(written["default"])
+    half = json.loads(written["half"])
+    default["zero_optimization"]["offload_optimizer"]["ratio"] = 0.5
+    default["zero_optimization"]["sub_group_size"] = 10**7
+    assert half == default  # nothing else changes
+
+
 @pytest.mark.parametrize("preset,kind", [("ddp", "MULTI_GPU"), ("zero3", "DEEPSPEED"), ("fsdp", "FSDP")])
 def test_accelerate_yaml_is_read_by_accelerate(in_process, tmp_path, preset, kind):
     out = tmp_path / "accelerate.yaml"

@@ -43,6 +43,35 @@ def test_contradictions_name_both(cfg, expected):
         ds_config.reconcile(cfg, RUN, "ds.json")
 
 
+OFFLOAD = {**RUN, "offload": "optimizer"}
+
+
+@pytest.mark.parametrize("ratio,flag,outcome", [
+    (0.5, 0.5, 0.5),  # the same: kept
+    ("auto", 0.25, 0.25),  # filled from --offload-ratio
+    ("auto", 1.0, 1.0),
+    (0.5, 0.25, "zero_optimization.offload_optimizer.ratio is 0.5 in ds.json but --offload-ratio gives 0.25"),
+    (0.5, 1.0, "zero_optimization.offload_optimizer.ratio is 0.5 in ds.json but --offload-ratio gives 1.0"),
+])
+def test_offload_ratio_in_the_file_against_the_flag(ratio, flag, outcome):
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": ratio}}}
+    run = {**OFFLOAD, "offload_ratio": flag}
+    if isinstance(outcome, str):
+        with pytest.raises(UserError, match=outcome.replace(".", r"\.")):
+            ds_config.reconcile(cfg, run, "ds.json")
+    else:
+        filled, _, _ = ds_config.reconcile(cfg, run, "ds.json")
+        assert filled["zero_optimization"]["offload_optimizer"]["ratio"] == outcome
+
+
+def test_the_files_offload_ratio_becomes_the_runs():
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}}
+    fields, _ = ds_config.intent(cfg, "ds.json")
+    assert fields["strategy"] == "zero3_offload" and fields["offload_ratio"] == 0.3
+    cfg["zero_optimization"]["offload_optimizer"]["ratio"] = "auto"
+    assert "offload_ratio" not in ds_config.intent(cfg, "ds.json")[0]
+
+
 def test_deepspeed_rejects_a_bad_section():
     with pytest.raises(UserError, match="DeepSpeed rejects ds.json"):
         ds_config.reconcile({"zero_optimization": {"stage": 3, "bogus_knob": 1}}, RUN, "ds.json")
