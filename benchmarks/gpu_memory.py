@@ -9,7 +9,7 @@ run's whole resolved config (summary.json's `config`) beside its numbers, so tes
 each point against the estimate for *its* config, and finds whether the current defaults were measured at all.
 
 Usage (GPU machine, repo root, shardlab importable):
-    python3 benchmarks/gpu_memory.py --out OUT [--lanes 6] [--budget-s 540] [--grid default] [--jobs M:P:K:ac|noac:MB,...]
+    python3 benchmarks/gpu_memory.py --out OUT [--lanes 6] [--budget-s 540] [--grid default] [--jobs M:P:K:ac|noac:MB[:LEVER],...]
         [--snapshot M:P:K:ac|noac:MB,...]
 Writes OUT/memory.json and OUT/memory.md; --snapshot points also dump the allocator's history and
 OUT/snapshot-<tag>.json names the tensors live at the peak (benchmarks/memory_snapshot.py).
@@ -40,28 +40,40 @@ def grid() -> list[tuple]:
         for model, mbs, presets, acs in SHAPES:
             for ac in acs:
                 for mb in mbs:
-                    jobs += [(model, p, kernels, ac, mb) for p in presets]
+                    jobs += [(model, p, kernels, ac, mb, "") for p in presets]
     return jobs
 
 
+# A point's optional sixth field, a lever's flags: float8 (--float8), ratio0.5 (--offload-ratio 0.5).
+def extra_flags(extra: str) -> list[str]:
+    if not extra:
+        return []
+    if extra == "float8":
+        return ["--float8"]
+    if extra.startswith("ratio"):
+        return ["--offload-ratio", extra.removeprefix("ratio")]
+    raise SystemExit(f"unknown point option {extra!r}: float8 or ratioR")
+
+
 def tag(job: tuple) -> str:
-    model, preset, kernels, ac, mb = job
-    return f"{model}-{preset}-{kernels}-{'ac' if ac else 'noac'}-mb{mb}"
+    model, preset, kernels, ac, mb, extra = job
+    return f"{model}-{preset}-{kernels}-{'ac' if ac else 'noac'}-mb{mb}" + (f"-{extra}" if extra else "")
 
 
 def parse(spec: str) -> list[tuple]:
+    """MODEL:PRESET:KERNELS:ac|noac:MICRO_BATCH[:float8|:ratioR], comma-separated."""
     out = []
     for j in filter(None, spec.split(",")):
-        m, p, k, ac, mb = j.split(":")
-        out.append((m, p, k, ac == "ac", int(mb)))
+        m, p, k, ac, mb, *extra = j.split(":")
+        out.append((m, p, k, ac == "ac", int(mb), extra[0] if extra else ""))
     return out
 
 
 def command(job: tuple, out: Path) -> list[str]:
-    model, preset, kernels, ac, mb = job
+    model, preset, kernels, ac, mb, extra = job
     return [sys.executable, "-m", "shardlab.recipes.cli", "run", "--model", model, "--strategy", preset,
             "--kernels", kernels, "--micro-batch-size", str(mb), "--max-steps", "3", "--no-export", "--metrics", "none",
-            "--output", str(out / tag(job))] + (["--activation-checkpointing"] if ac else [])
+            "--output", str(out / tag(job))] + (["--activation-checkpointing"] if ac else []) + extra_flags(extra)
 
 
 def estimate_bytes(job: tuple) -> tuple[int, int]:
@@ -69,9 +81,10 @@ def estimate_bytes(job: tuple) -> tuple[int, int]:
     from shardlab.core.config import RunConfig
     from shardlab.recipes.resolve import resolve_run
 
-    model, preset, kernels, ac, mb = job
+    model, preset, kernels, ac, mb, extra = job
+    lever = {"float8": True} if extra == "float8" else {"offload_ratio": float(extra[5:])} if extra else {}
     cfg = RunConfig(model=model, strategy=preset, kernels=kernels, micro_batch_size=mb, activation_checkpointing=ac,
-                    accelerator="gpu", devices=1, gpu_memory_gib=141, max_steps=3, export=False)
+                    accelerator="gpu", devices=1, gpu_memory_gib=141, max_steps=3, export=False, **lever)
     run = resolve_run(cfg, for_run=False)
     return (run.estimate["gpu_bytes"], run.estimate["cpu_bytes"]) if run.estimate else (40 * GiB, 40 * GiB)
 
@@ -87,8 +100,9 @@ def run_one(job: tuple, out: Path, port: int, snapshot: bool, timeout: float) ->
             rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             rc = 124
-    model, preset, kernels, ac, mb = job
+    model, preset, kernels, ac, mb, extra = job
     row = {"model": model, "preset": preset, "kernels": kernels, "activation_checkpointing": ac, "micro_batch_size": mb,
+           "lever": extra or None,
            "rc": rc, "command": "recipe " + " ".join(cmd[3:]), "wall_s": round(time.time() - t0, 1)}
     summary = out / tag(job) / "summary.json"
     if rc == 0 and summary.exists():
@@ -130,8 +144,8 @@ def main() -> None:
     done = {tag(j) for j in parse(a.skip)}
     for f in a.skip_from:
         if os.path.exists(f):
-            done |= {f"{r['model']}-{r['preset']}-{r['kernels']}-{'ac' if r['activation_checkpointing'] else 'noac'}"
-                     f"-mb{r['micro_batch_size']}" for r in json.loads(Path(f).read_text())["rows"] if r["rc"] != 124}
+            done |= {tag((r["model"], r["preset"], r["kernels"], r["activation_checkpointing"], r["micro_batch_size"],
+                          r.get("lever") or "")) for r in json.loads(Path(f).read_text())["rows"] if r["rc"] != 124}
     jobs = list(snapshots) + [j for j in jobs if j not in snapshots and tag(j) not in done]
     estimates = {j: estimate_bytes(j) for j in jobs}
     need = {j: int(estimates[j][0] * 1.25) + 2 * GiB for j in jobs}

@@ -22,25 +22,36 @@ from shardlab.recipes.flags import add_run_arguments
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategies", required=True,
-                        help="comma-separated presets, the first the reference; PRESET:float8 runs it with --float8 "
-                             "(e.g. fsdp,fsdp:float8: float8 against bf16)")
+                        help="comma-separated presets, the first the reference; PRESET:float8 runs it with --float8, "
+                             "PRESET:offload-ratio=R with --offload-ratio R (e.g. fsdp,fsdp:float8: float8 against bf16)")
     parser.add_argument("--no-align", action="store_true",
                         help="run each backend's default dtypes and flag every mismatch instead of aligning them")
     parser.add_argument("--test-lr-override", action="append", default=[], help=argparse.SUPPRESS)  # NAME=LR, tests only
     add_run_arguments(parser, exclude=("strategy",))
 
 
-# What an entry's suffix changes: `fsdp:float8` is the fsdp preset with --float8.
-VARIANTS: dict[str, dict[str, Any]] = {"float8": {"float8": True}}
-
-
 def entry(name: str) -> dict[str, Any]:
-    """The config fields one --strategies entry sets: PRESET or PRESET:VARIANT."""
-    preset, _, variant = name.partition(":")
-    if variant and variant not in VARIANTS:
-        raise UserError(f"--strategies {name}: unknown variant '{variant}'; PRESET:{' or PRESET:'.join(VARIANTS)} "
-                        f"(e.g. fsdp:float8), or the preset alone")
-    return {"strategy": preset, **VARIANTS.get(variant, {})}
+    """The config fields one --strategies entry sets: PRESET, then optionally :float8 (--float8) and
+    :offload-ratio=R (--offload-ratio R), e.g. fsdp:float8 or zero3_offload:offload-ratio=0.5."""
+    preset, *variants = name.split(":")
+    fields: dict[str, Any] = {"strategy": preset}
+    for variant in variants:
+        key, _, value = variant.partition("=")
+        if key == "float8" and not value:
+            fields["float8"] = True
+            continue
+        if key == "offload-ratio":
+            try:
+                fields["offload_ratio"] = float(value)
+            except ValueError:
+                fields["offload_ratio"] = -1.0
+            if 0 < fields["offload_ratio"] <= 1:
+                continue
+            raise UserError(f"--strategies {name}: offload-ratio={value} is not a share in (0, 1]; e.g. "
+                            f"zero3_offload:offload-ratio=0.5")
+        raise UserError(f"--strategies {name}: unknown variant '{variant}'; PRESET:float8 or "
+                        f"PRESET:offload-ratio=R (e.g. fsdp:float8), or the preset alone")
+    return fields
 
 
 def _plans(cfg: RunConfig, names: list[str]) -> dict[str, ResolvedRun]:
@@ -131,13 +142,14 @@ def main(args: argparse.Namespace) -> int:
             raise RunFailed(f"compare: the {name} run failed (exit {rc}): {' '.join(tail)}; log in {log_file}")
         summaries[name] = json.loads((out / "runs" / _folder(name) / "summary.json").read_text())
 
-    # 3. Parity, performance, exports, suspects; then the report. float8 against bf16: the wider tolerance, and the
-    # float8 setting is what is compared, not a suspect.
+    # 3. Parity, performance, exports, suspects; then the report. float8 against bf16: the wider tolerance. What the
+    # entries set differently is what is compared, not a suspect.
     float8 = len({prepared[n].config.float8 for n in names}) > 1
+    varied = {k for n in names for k in entry(n)}
     parity = cmp.loss_parity({n: s["losses"] for n, s in summaries.items()}, alignment.precision, float8)
     val_parity = cmp.val_loss_parity({n: s.get("val_losses", []) for n, s in summaries.items()}, alignment.precision,
                                      float8)
-    ignore = ("strategy", "output", "offload") + (("float8",) if float8 else ())
+    ignore = ("strategy", "output", "offload", *sorted(varied))
     suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()}, ignore)
     metrics = _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out)
     metrics["validation"] = val_parity

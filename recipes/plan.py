@@ -99,6 +99,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"  - {reason}")
     for decision in run.decisions:
         print(f"  - {decision}")
+    for line in run.warnings:  # what `recipe run` would warn of (a DeepSpeed file's ignored keys, an unchecked option)
+        print(f"warning: {line}")
     if run.largest_micro_batch and run.largest_micro_batch > c.micro_batch_size:
         print(f"micro-batch: up to {run.largest_micro_batch} fits with {c.strategy} by the estimate (--micro-batch-size "
               f"auto takes it); larger ones ran faster ({MICRO_BATCH_MEASURED}) but change the global batch")

@@ -241,7 +241,8 @@ def _check(run: ResolvedRun, strategy, cfg: RunConfig, shape: memory.Shape, kern
         else:
             run = run.model_copy(update={"warnings": run.warnings + [
                 f"--offload-ratio {cfg.offload_ratio:g}: the GPU share's step (torch AdamW beside DeepSpeedCPUAdam) is "
-                f"not yet checked against ratio 1 on a GPU; compare the two with `recipe compare` before a long run"]})
+                f"not yet checked against ratio 1 on a GPU; check it before a long run: `recipe compare --strategies "
+                f"zero3_offload,zero3_offload:offload-ratio={cfg.offload_ratio:g}`"]})
     if kernels == "liger":
         from shardlab.recipes import kernels as kernel_lib
 

@@ -108,12 +108,15 @@ def _workload(c: dict) -> memory.Workload:
                            activation_checkpointing=c["activation_checkpointing"], precision=c["precision"],
                            gpus_per_node=c["devices"], num_nodes=c["num_nodes"],
                            chunked_loss=c["chunked_loss"] or c["kernels"] == "liger", kernels=c["kernels"],
-                           compiled=bool(c["compile"]))
+                           compiled=bool(c["compile"]), float8=bool(c.get("float8")),
+                           offload_ratio=c.get("offload_ratio") or 1.0)  # levers: absent from older rows
 
 
 def _tag(r: dict) -> str:
     c = r["config"]
-    return f"{c['model']}-{c['strategy']}-{c['kernels']}-{'ac' if c['activation_checkpointing'] else 'noac'}-mb{c['micro_batch_size']}"
+    lever = "-float8" if c.get("float8") else f"-ratio{c['offload_ratio']:g}" if c.get("offload_ratio") else ""
+    return (f"{c['model']}-{c['strategy']}-{c['kernels']}-{'ac' if c['activation_checkpointing'] else 'noac'}"
+            f"-mb{c['micro_batch_size']}{lever}")
 
 
 # Points measured outside 10%, each with what is known; strict: once the estimate holds there, remove the entry.
@@ -158,9 +161,11 @@ def test_the_current_gpu_defaults_were_measured():
         defaults = {"kernels": k, "compile": _compiled(preset, work, "gpu"),
                     "precision": precisions.resolve("auto", "gpu", True),
                     "chunked_loss": RunConfig.model_fields["chunked_loss"].default,
-                    "grad_reduce_dtype": RunConfig.model_fields["grad_reduce_dtype"].default}
-        hits = [r for r in rows if r["config"]["strategy"] == name
-                and all(r["config"][f] == v for f, v in defaults.items())]
+                    "grad_reduce_dtype": RunConfig.model_fields["grad_reduce_dtype"].default,
+                    "float8": RunConfig.model_fields["float8"].default,
+                    "offload_ratio": RunConfig.model_fields["offload_ratio"].default}
+        hits = [r for r in rows if r["config"]["strategy"] == name  # levers absent from older rows: their defaults
+                and all(r["config"].get(f, RunConfig.model_fields[f].default) == v for f, v in defaults.items())]
         assert hits, (f"{name}: no H200 point measured under today's GPU defaults {defaults}; run benchmarks/gpu_memory.py "
                       f"and add its rows to {MEASURED.name}")
         assert {r["config"]["activation_checkpointing"] for r in hits} == {True, False} or "offload" in name, name

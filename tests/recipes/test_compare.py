@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -162,3 +164,18 @@ def test_validation_loss_parity_in_the_verdict_and_the_report(tmp_path):
     assert "## Validation loss" in report and f"**{close['verdict']}**" in report
     assert "| 2 | 3.000000 | 3.000000 | 3.000010 | identical | 3.3e-06 |" in report
     assert "| 4 | 2.500000 | 2.500000 | 2.500000 | identical | identical |" in report
+
+
+def test_an_entry_names_a_preset_and_its_variants():
+    """`--strategies` entries (in-process): PRESET, PRESET:float8, PRESET:offload-ratio=R, combined; bad ones refused
+    (test_float8.py runs the refusals through the CLI)."""
+    from shardlab.core.errors import UserError
+    from shardlab.recipes.compare import entry
+
+    assert entry("fsdp") == {"strategy": "fsdp"}
+    assert entry("fsdp:float8") == {"strategy": "fsdp", "float8": True}
+    assert entry("zero3_offload:float8:offload-ratio=0.25") == {"strategy": "zero3_offload", "float8": True,
+                                                                "offload_ratio": 0.25}
+    for bad in ("fsdp:float8=1", "zero3_offload:offload-ratio=x", "zero3_offload:offload-ratio=0", "fsdp:fp8"):
+        with pytest.raises(UserError):
+            entry(bad)

@@ -68,7 +68,8 @@ def test_a_float8_fsdp_checkpoint_resumes_to_the_same_losses(float8_compare, rec
 
 @pytest.mark.parametrize("args, expected", [
     (["run", "--float8"], "--float8: needs --precision bf16-mixed or bf16-true"),  # CPU's auto precision is 32-true
-    (["compare", "--strategies", "fsdp,fsdp:fast"], "unknown variant 'fast'; PRESET:float8"),
+    (["compare", "--strategies", "fsdp,fsdp:fast"], "unknown variant 'fast'; PRESET:float8 or PRESET:offload-ratio=R"),
+    (["compare", "--strategies", "zero3_offload,zero3_offload:offload-ratio=2"], "offload-ratio=2 is not a share in (0, 1]"),
 ])
 def test_float8_refusals_are_one_line(in_process, tmp_path, args, expected):
     rc, _, err = in_process(*args, "--accelerator", "cpu", "--output", tmp_path / "out")
