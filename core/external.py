@@ -10,7 +10,7 @@ _MIXED = {"32-true": "no", "bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed"
 
 def accelerate_base(ctx: RunContext, distributed_type: str) -> dict[str, Any]:
     """Keys of an Accelerate config YAML (`accelerate config`'s ClusterConfig) common to every backend."""
-    return {
+    base = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": distributed_type,
         "mixed_precision": _MIXED[ctx.precision],
@@ -23,3 +23,6 @@ def accelerate_base(ctx: RunContext, distributed_type: str) -> dict[str, Any]:
         "same_network": True,
         "use_cpu": ctx.accelerator == "cpu",
     }
+    if ctx.float8:  # --float8: Accelerate's torchao backend converts the linears (it also leaves the first one in bf16)
+        base.update(mixed_precision="fp8", fp8_config={"backend": "AO"})
+    return base

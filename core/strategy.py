@@ -168,7 +168,8 @@ class Strategy(ABC):
         if ctx.compile and not self.capabilities.compile:
             raise UserError(f"--compile: strategy '{self.name}' does not run with torch.compile; use --no-compile")
         if ctx.float8 and not self.capabilities.float8:
-            raise UserError(f"--float8: strategy '{self.name}' does not train float8 linears correctly; use fsdp or ddp, or drop --float8")
+            raise UserError(f"--float8: strategy '{self.name}' is not cleared for float8 linears; use fsdp, ddp or zero2, "
+                            f"or drop --float8")
         if ctx.offload_ratio != 1.0 and not self.capabilities.offload_ratio:
             raise UserError(f"--offload-ratio {ctx.offload_ratio:g}: strategy '{self.name}' keeps no part of an offloaded "
                             f"optimizer on the GPU; use zero3_offload, or drop --offload-ratio")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from packaging.version import Version
 
-PACKAGES = ["torch", "lightning", "transformers", "accelerate", "deepspeed", "pydantic"]
+PACKAGES = ["torch", "lightning", "transformers", "accelerate", "deepspeed", "pydantic", "liger-kernel", "torchao"]  # the last two: --kernels liger, --float8
 
 
 def _version(name: str) -> Optional[str]:

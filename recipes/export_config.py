@@ -38,4 +38,7 @@ def main(args: argparse.Namespace) -> int:
     text = json.dumps(content, indent=2) + "\n" if args.format == "deepspeed" else yaml.safe_dump(content, sort_keys=False)
     write_atomic(out, text)
     print(f"recipe: wrote {args.format} config of {run.config.strategy} to {out}")
+    if run.config.float8 and args.format == "deepspeed":  # a ds_config.json has no float8 setting
+        print("recipe: note: --float8 is not in a ds_config.json: convert the model's linears in your script "
+              "(torchao.float8.convert_to_float8_training) before deepspeed.initialize")
     return 0

@@ -384,11 +384,15 @@ PRESETS = [
         kwargs={"stage": stage, "offload": offload, "tuning": ZERO3_TUNING if name == "zero3" else None},
         # torch.compile of the decoder layers: ZeRO-2 measured +11.6% on one H200 (47,128 -> 52,581 tokens/s, llama-1b,
         # results/2026-12-02-offload-and-ratios-h200.md); ZeRO-3 -16.5% (its parameter fetch hooks break the graphs).
+        # --float8: ZeRO-2 only. Under ZeRO-3 float8 linears train to the same losses (CPU, 8 runs alike), but the
+        # forward after training (the export check) gave NaN logits once in clean-clone CI and a different logit
+        # difference in 1 of 8 local runs, as if a partitioned weight were read before its gather completed; ZeRO-2's
+        # runs (unpartitioned weights) were alike every time. Refused until that is understood.
         # --offload-ratio: zero3_offload only. With parameter offload too (zero3_offload_all) the GPU's sub-groups
         # would step fp32 masters whose 16-bit partitions live on the CPU; DeepSpeed's code does not refuse it, but
         # no run here has exercised it (on CPU processes every sub-group is on the CPU anyway), so it stays refused.
         capabilities=Capabilities(offload=offload, compile_by_default=name == "zero2", native_config="deepspeed",
-                                  portable_checkpoint=True, offload_ratio=name == "zero3_offload", float8=True,
+                                  portable_checkpoint=True, offload_ratio=name == "zero3_offload", float8=stage < 3,
                                   selector_role=role, **_ZERO_SHARDS[stage]),
     )
     for name, stage, offload, role, desc in [

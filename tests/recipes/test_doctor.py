@@ -16,7 +16,8 @@ def test_doctor_reports_versions_strategies_ops_and_known_bad(in_process):
     rc, out, err = in_process("doctor", "--json")
     assert rc == 0, err
     r = json.loads(out)
-    assert {"python", "torch", "lightning", "transformers", "accelerate", "deepspeed"} <= set(r["versions"])
+    assert {"python", "torch", "lightning", "transformers", "accelerate", "deepspeed", "torchao"} <= set(r["versions"])
+    assert r["versions"]["torchao"] and "liger-kernel" in r["versions"]  # --float8 installed with the tests; Liger optional
     assert {"cuda", "nccl", "gpus", "bf16"} <= set(r["accelerator"])
     assert r["deepspeed_ops"]["cpu_adam"] is True  # offload presets need it
     assert all(s["runs_here"] for s in r["strategies"].values())  # every built-in runs on CPU over gloo

@@ -63,6 +63,16 @@ def test_accelerate_yaml_is_read_by_accelerate(in_process, tmp_path, preset, kin
         assert cfg.fsdp_config["fsdp_version"] == 2
 
 
+def test_float8_reaches_accelerate_and_is_named_where_deepspeed_has_no_key(in_process, tmp_path):
+    common = ("--strategy", "zero2", "--accelerator", "gpu", "--devices", "1", "--micro-batch-size", "4", "--float8")
+    rc, _, err = in_process("export-config", "--format", "accelerate", *common, "--output", tmp_path / "a.yaml")
+    assert rc == 0, err
+    cfg = load_config_from_file(str(tmp_path / "a.yaml"))  # accelerate's own reader
+    assert cfg.mixed_precision == "fp8" and cfg.fp8_config["backend"] == "AO"
+    rc, out, err = in_process("export-config", "--format", "deepspeed", *common, "--output", tmp_path / "ds.json")
+    assert rc == 0 and "--float8 is not in a ds_config.json" in out, err
+
+
 def test_no_deepspeed_form_for_fsdp_and_nothing_written(in_process, tmp_path):
     out = tmp_path / "x.json"
     rc, _, err = in_process("export-config", "--format", "deepspeed", "--strategy", "fsdp", "--output", out)
