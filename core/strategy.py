@@ -231,6 +231,11 @@ class Strategy(ABC):
         """
         optimizer.zero_grad(set_to_none=True)
 
+    def warnings(self, ctx: RunContext) -> list[str]:
+        """What the user should read about this run under this backend before it starts (printed as `recipe: warning:`
+        by run and plan): an option that does nothing here, or one not yet checked where it runs. Default: none."""
+        return []
+
     def after_optimizer_step(self, model: torch.nn.Module, ctx: RunContext) -> None:
         """Right after each optimizer step and release_gradients: what the backend prepares from the new weights for
         the next forward (FSDP2 under --float8: every float8 weight's scale in one all-reduce). Default: nothing."""

@@ -230,19 +230,10 @@ def _check(run: ResolvedRun, strategy, cfg: RunConfig, shape: memory.Shape, kern
         filled, more = strategy.use_native_config(file, cfg.deepspeed_config, run.context(), run.optimizer(), shape.hidden)
         run = run.model_copy(update={"deepspeed_config": filled, "warnings": run.warnings + more})
     strategy.check(run.context())
+    run = run.model_copy(update={"warnings": run.warnings + strategy.warnings(run.context())})
     if cfg.float8:
         from shardlab.recipes import float8
         float8.check(run.config.precision)
-    if cfg.offload_ratio is not None and cfg.offload_ratio < 1:
-        if run.config.accelerator == "cpu":
-            run = run.model_copy(update={"decisions": run.decisions + [
-                f"--offload-ratio {cfg.offload_ratio:g}: on CPU processes DeepSpeed keeps every part of the optimizer "
-                f"on the CPU: the same run as ratio 1"]})
-        else:
-            run = run.model_copy(update={"warnings": run.warnings + [
-                f"--offload-ratio {cfg.offload_ratio:g}: the GPU share's step (torch AdamW beside DeepSpeedCPUAdam) is "
-                f"not yet checked against ratio 1 on a GPU; check it before a long run: `recipe compare --strategies "
-                f"zero3_offload,zero3_offload:offload-ratio={cfg.offload_ratio:g}`"]})
     if kernels == "liger":
         from shardlab.recipes import kernels as kernel_lib
 
@@ -264,9 +255,8 @@ def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload,
         caps = preset.capabilities
         if (caps.gpu if hw.accelerator == "gpu" else caps.cpu) and precision in caps.precisions \
                 and (hw.num_nodes == 1 or caps.multi_node):
-            out[name] = (preset, preset.build().estimate(shape, dataclasses.replace(  # --offload-ratio: where it applies
-                work, compiled=_compiled(preset, work, hw.accelerator), offload_ratio=work.offload_ratio
-                if caps.offload_ratio else 1.0)))
+            out[name] = (preset, preset.build().estimate(shape, dataclasses.replace(
+                work, compiled=_compiled(preset, work, hw.accelerator))))
     return out
 
 

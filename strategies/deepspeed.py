@@ -10,6 +10,7 @@ from shardlab.core.precision import half
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies import deepspeed_console  # silences DeepSpeed's messages a user cannot act on, on import
+from shardlab.strategies.deepspeed_offload import OFFLOAD_RATIO_SUB_GROUP_SIZE, offloaded_share
 from shardlab.strategies._common import adam_step, is_rank_zero, process_group_backend
 
 if TYPE_CHECKING:  # torch, Lightning and DeepSpeed load when a run builds the strategy, not when the registry lists it
@@ -78,48 +79,6 @@ ZERO2_OFFLOAD_OVERHEAD = int(0.25 * 2**30)
 ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
-# Partial optimizer offload (`--offload-ratio R`, DeepSpeed's offload_optimizer.ratio; ZeRO-Offload++). DeepSpeed
-# (runtime/zero/stage3.py) cuts each rank's partition into sub-groups, walking the parameters in order and closing a
-# sub-group once it holds >= sub_group_size elements (_create_fp16_sub_groups); the first int((1 - R) x count)
-# sub-groups keep their fp32 master, Adam moments and fp32 gradients on the GPU and step with a torch AdamW (its
-# "backup_optimizer"), the rest go to the CPU and step with DeepSpeedCPUAdam (_setup_for_real_optimizer,
-# _optimizer_step). The split is by count of sub-groups, and a parameter is never cut: at DeepSpeed's default of 1e9
-# elements a 1B model is one or two sub-groups and R means nothing. With a ratio the preset sets sub_group_size to
-# 1e7: for R = 0.25 .. 0.9 the GPU share (1 - offloaded_share below) is then within 3.1 points of 1 - R for llama-1b
-# on 1-8 GPUs, 1 point for Llama-2-7B on 1-8 and 70B on 1-64 (computed, not measured). No size helps against one large
-# tensor early in the order: Llama-3.2-1B's tied embedding (21% of it) puts its GPU share up to 17 points over 1 - R;
-# the estimate counts the share DeepSpeed will really keep, not 1 - R. 1e7 keeps the step's loop short (70B on one
-# GPU: ~480 sub-groups, one optimizer call each); smaller adds calls for little, the floor being the largest
-# parameter's partition. A user's --deepspeed-config may set its own sub_group_size (its file wins).
-OFFLOAD_RATIO_SUB_GROUP_SIZE = 10**7
-
-
-def _parameter_sizes(s: Shape) -> list[int]:
-    """Element counts of the trainable parameters in the order ZeRO-3 groups them (LlamaForCausalLM's
-    named_parameters: embeddings, then per decoder layer q, k, v, o, gate, up, down and two norms, the final norm,
-    an untied lm_head; biases left out: a few thousand elements beside millions)."""
-    hd = s.head_dim or s.hidden // s.heads
-    q, kv, h, i = s.heads * hd, s.kv_heads * hd, s.hidden, s.intermediate
-    layer = [h * q, h * kv, h * kv, q * h, h * i, h * i, i * h, h, h]
-    return [s.vocab * h] + layer * s.layers + [h] + ([] if s.tied else [s.vocab * h])
-
-
-def offloaded_share(s: Shape, gpus: int, ratio: float, sub_group_size: int = OFFLOAD_RATIO_SUB_GROUP_SIZE) -> float:
-    """The share of a rank's optimizer partition that DeepSpeed puts on the CPU for `ratio`: whole sub-groups, as
-    stage3.py cuts and assigns them (see OFFLOAD_RATIO_SUB_GROUP_SIZE); exactly 1.0 for ratio 1."""
-    if ratio >= 1:
-        return 1.0
-    parts = [-(-n // gpus) for n in _parameter_sizes(s)]  # each parameter's partition (ceil: DeepSpeed pads)
-    groups, acc = [], 0
-    for k, n in enumerate(parts):
-        acc += n
-        if acc >= sub_group_size or k == len(parts) - 1:
-            groups.append(acc)
-            acc = 0
-    on_gpu = sum(groups[:int((1 - ratio) * len(groups))])
-    return 1 - on_gpu / sum(parts)
-
-
 def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool) -> ModelStates:
     """ZeRO-3, the unit fetched whole being the larger of a decoder layer (shardlab's fetch unit, build_model) and
     the largest module (DeepSpeed's "largest layer").
@@ -149,7 +108,8 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
             resident = min(2 * min(n, ZERO3_MAX_LIVE_PARAMETERS), resident)
         per_param = OFFLOAD_CPU_BYTES_PER_PARAM + (PARAM_OFFLOAD_CPU_BYTES_PER_PARAM if offload_params else 0)
         cpu = int(n * per_param * per_node) + OFFLOAD_PROCESS_CPU_BYTES[3] * w.gpus_per_node
-        if w.offload_ratio < 1:  # the GPU's sub-groups: fp32 master + Adam moments (12) and fp32 gradients (4)
+        # the GPU's sub-groups: fp32 master + Adam moments (12) and fp32 gradients (4); zero3_offload_all refuses a ratio
+        if w.offload_ratio < 1 and not offload_params:
             kept = 1 - offloaded_share(s, gpus, w.offload_ratio)
             resident += int(16 * kept * n / gpus)
             cpu -= int(16 * kept * n * per_node)
@@ -275,6 +235,17 @@ class ZeRO(Strategy):
                 "zero3_save_16bit_model": self.stage == 3,
             }}
         return super().external_config(fmt, ctx, spec)
+
+    def warnings(self, ctx: RunContext) -> list[str]:
+        if ctx.offload_ratio == 1:
+            return []
+        r = f"{ctx.offload_ratio:g}"
+        if ctx.accelerator == "cpu":  # DeepSpeed's "GPU" sub-groups go to the accelerator, the CPU itself
+            return [f"--offload-ratio {r}: on CPU processes DeepSpeed keeps every part of the optimizer on the CPU: "
+                    f"the same run as ratio 1"]
+        return [f"--offload-ratio {r}: the GPU share's step (torch AdamW beside DeepSpeedCPUAdam) is not yet checked "
+                f"against ratio 1 on a GPU; check it before a long run: `recipe compare --strategies "
+                f"{self.name},{self.name}:offload-ratio={r}`"]
 
     def model_state_bytes(self, shape, work):
         if self.stage == 2:

@@ -196,7 +196,7 @@ def test_offload_ratio_moves_the_optimizer_share_to_the_gpu():
 def test_the_ratio_is_honoured_by_deepspeeds_sub_groups(model, gpus, within):
     """With the preset's sub_group_size (1e7), DeepSpeed's whole sub-groups keep 1 - R of the partition on the GPU
     to within the points its comment states (strategies/deepspeed.py); the default 1e9 would not."""
-    from shardlab.strategies.deepspeed import offloaded_share
+    from shardlab.strategies.deepspeed_offload import offloaded_share
 
     s = memory.shape_of(model_config(model))
     for r in (0.25, 0.5, 0.75, 0.9):

@@ -87,8 +87,8 @@ def test_partial_optimizer_offload_trains_as_ratio_1(train):
     assert half["config"]["offload_ratio"] == 0.5 and full["config"]["offload_ratio"] is None
     assert half["losses"][-1] < half["losses"][0]  # it trains
     assert rel_diff(half["losses"], full["losses"]) < 1e-6
-    assert "shardlab: --offload-ratio 0.5: on CPU processes DeepSpeed keeps every part of the optimizer on the CPU: " \
-           "the same run as ratio 1" in half["log"].splitlines()  # said, not silently the same
+    assert "recipe: warning: --offload-ratio 0.5: on CPU processes DeepSpeed keeps every part of the optimizer on the " \
+           "CPU: the same run as ratio 1" in half["log"].splitlines()  # said, not silently the same
 
 
 def test_partial_optimizer_offload_on_gpus_warns_that_it_is_unchecked_there():
