@@ -4,7 +4,7 @@ Each pair is a shardlab preset and the Trainer modes that do the same job (bench
 fsdp against FSDP2 with and without Liger. Within a pair the systems run one after another, and with
 --rounds 2 again in the opposite order, so that drift over the call falls on both sides. Both sides do the
 same work: the model's shape, seq 2048, the micro-batch, bf16 autocast over fp32 masters, AdamW, clipping at
-1.0, no accumulation; each figure is the median optimizer-step time after the warm-up steps, step end to
+1.0, no accumulation unless --grad-accum (both sides); each figure is the median optimizer-step time after the warm-up steps, step end to
 step end. shardlab runs with its GPU defaults (what `recipe run` resolves; the row keeps that whole config).
 
 Usage (GPU machine, repo root, shardlab importable):
@@ -30,11 +30,13 @@ sys.path.insert(0, str(HERE.parent))
 from benchmarks.gpu_strategies import run_shardlab, versions  # noqa: E402
 
 
-def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int, ac: bool, port: int) -> dict:
+def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int, ac: bool, port: int,
+             grad_accum: int = 1) -> dict:
     base, liger = mode.removesuffix("_liger"), mode.endswith("_liger")
     result = out / f"hf-{model}-{mode}-mb{mb}-{time.time_ns()}.json"
     args = ["--model", model, "--mode", base, "--micro-batch-size", str(mb), "--steps", str(steps), "--warmup", str(warmup)] \
-        + (["--liger"] if liger else []) + (["--activation-checkpointing"] if ac else [])
+        + (["--liger"] if liger else []) + (["--activation-checkpointing"] if ac else []) \
+        + (["--grad-accum", str(grad_accum)] if grad_accum != 1 else [])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(port),
            str(HERE / "hf_peer.py"), *args, "--out", str(result)]
     t0 = time.perf_counter()
@@ -69,6 +71,8 @@ def main() -> None:
     ap.add_argument("--offload-steps", type=int, default=8, help="timed steps of offload runs (each step is seconds)")
     ap.add_argument("--offload-warmup", type=int, default=2)
     ap.add_argument("--activation-checkpointing", action="store_true", help="on both sides")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step, on both sides "
+                                                               "(the selector's offload batch: 131,072 tokens a step)")
     ap.add_argument("--extra", default="", help="more flags for shardlab's side (a lever); its tag names it")
     ap.add_argument("--tag", default="default")
     a = ap.parse_args()
@@ -85,14 +89,16 @@ def main() -> None:
 
     def record(system: str, strategy: str, tag: str, runs: list[dict]) -> None:
         ok = [r for r in runs if r["rc"] == 0]
-        row = {"shape": a.model, "micro_batch_size": a.micro_batch_size, "activation_checkpointing": a.activation_checkpointing,
+        row = {"shape": a.model, "micro_batch_size": a.micro_batch_size, "grad_accum": a.grad_accum,
+               "activation_checkpointing": a.activation_checkpointing,
                "system": system, "strategy": strategy, "tag": tag, "runs": runs}
         if ok:
             tps = round(statistics.median(r["tokens_per_s"] for r in ok))
             first = ok[0]
             row.update(tokens_per_s=tps, mfu=first["mfu"] * tps / first["tokens_per_s"], peak_memory_bytes=first["peak_memory_bytes"],
                        command=first["command"], losses=first["losses"], config=first.get("config"))
-        key = lambda r: (r["shape"], r["micro_batch_size"], r["activation_checkpointing"], r["system"], r["strategy"], r["tag"])
+        key = lambda r: (r["shape"], r["micro_batch_size"], r.get("grad_accum", 1), r["activation_checkpointing"],
+                         r["system"], r["strategy"], r["tag"])
         doc["rows"] = [r for r in doc["rows"] if key(r) != key(row)] + [row]
         results.write_text(json.dumps(doc, indent=1))
         print(json.dumps({k: row.get(k) for k in ("shape", "system", "strategy", "tag", "tokens_per_s", "mfu", "peak_memory_bytes")}
@@ -110,11 +116,12 @@ def main() -> None:
         for r in range(a.rounds):
             for system, name in (sides if r % 2 == 0 else sides[::-1]):
                 if system == "shardlab":
-                    runs[system, name].append(run_shardlab(out, name, a.micro_batch_size, steps, extra, a.tag, warmup, 1, a.model))
+                    runs[system, name].append(run_shardlab(out, name, a.micro_batch_size, steps, extra, a.tag, warmup,
+                                                           a.grad_accum, a.model))
                 else:
                     port += 1
                     runs[system, name].append(run_peer(out, a.model, name, a.micro_batch_size, steps, warmup,
-                                                       a.activation_checkpointing, port))
+                                                       a.activation_checkpointing, port, a.grad_accum))
         for system, name in sides:
             record(system, name, a.tag if system == "shardlab" else "default", runs[system, name])
     write_table(doc, out / "gpu_peers.md")
@@ -129,10 +136,11 @@ def write_table(doc: dict, path: Path) -> None:
     for r in rows:
         if r["system"] != "shardlab":
             continue
-        group = [x for x in rows if (x["shape"], x["micro_batch_size"], x["activation_checkpointing"]) ==
-                 (r["shape"], r["micro_batch_size"], r["activation_checkpointing"])]
+        group = [x for x in rows if (x["shape"], x["micro_batch_size"], x.get("grad_accum", 1), x["activation_checkpointing"])
+                 == (r["shape"], r["micro_batch_size"], r.get("grad_accum", 1), r["activation_checkpointing"])]
         peers = [x for x in group if x["system"] == "hf-trainer" and x["strategy"].removesuffix("_liger") == PEER_FAMILY.get(r["strategy"])]
-        where = f"{r['shape']}, {r['micro_batch_size']}" + (", ckpt" if r["activation_checkpointing"] else "")
+        where = f"{r['shape']}, {r['micro_batch_size']}" + (f" x {r['grad_accum']}" if r.get("grad_accum", 1) != 1 else "") \
+            + (", ckpt" if r["activation_checkpointing"] else "")
         for x in [r, *peers]:
             ratio = "" if x is r or not x.get("tokens_per_s") or not r.get("tokens_per_s") else f"{r['tokens_per_s'] / x['tokens_per_s']:.3f}"
             tps = f"{x['tokens_per_s']:,}" if x.get("tokens_per_s") else "failed"

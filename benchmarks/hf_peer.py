@@ -51,6 +51,7 @@ def trainer_arguments(a: argparse.Namespace, out_dir: str):
     from transformers import TrainingArguments
 
     kw = dict(output_dir=out_dir, per_device_train_batch_size=a.micro_batch_size, max_steps=a.warmup + a.steps,
+              gradient_accumulation_steps=a.grad_accum,
               bf16=torch.cuda.is_available(), learning_rate=a.lr, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0,
               max_grad_norm=1.0, lr_scheduler_type="constant", logging_steps=1, report_to=[], save_strategy="no",
               dataloader_num_workers=2, disable_tqdm=True, use_liger_kernel=a.liger,
@@ -86,6 +87,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -118,7 +120,7 @@ def main() -> None:
     model = LlamaForCausalLM(cfg)
     clock = Clock()
     args = trainer_arguments(a, f"/tmp/hf-peer-{os.getpid()}")
-    data = RandomTokens(a.micro_batch_size * (a.warmup + a.steps), a.seq_len, cfg.vocab_size)
+    data = RandomTokens(a.micro_batch_size * a.grad_accum * (a.warmup + a.steps), a.seq_len, cfg.vocab_size)
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock])
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -129,7 +131,7 @@ def main() -> None:
         return
     step_s = [b - e for e, b in zip(clock.ends, clock.ends[1:])]
     median = statistics.median(step_s[a.warmup:])
-    tokens_per_s = a.micro_batch_size * a.seq_len / median
+    tokens_per_s = a.micro_batch_size * a.grad_accum * a.seq_len / median
     versions = {}
     for pkg in ("torch", "transformers", "accelerate", "deepspeed", "liger_kernel"):
         try:
@@ -137,14 +139,14 @@ def main() -> None:
         except Exception:  # noqa: BLE001 - not installed, or no __version__
             versions[pkg] = None
     result = {"system": "hf-trainer", "mode": a.mode + ("_liger" if a.liger else ""), "model": a.model,
-              "micro_batch_size": a.micro_batch_size, "seq_len": a.seq_len,
+              "micro_batch_size": a.micro_batch_size, "grad_accum": a.grad_accum, "seq_len": a.seq_len,
               "activation_checkpointing": a.activation_checkpointing, "tokens_per_s": round(tokens_per_s),
               "mfu": tokens_per_s * flops_per_token(cfg, a.seq_len) / PEAK_FLOPS,
               "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None, "median_step_s": median,
               "step_s": [round(s, 4) for s in step_s], "losses": [round(x, 4) for x in clock.losses[:4]],
               "wall_s": round(wall, 1), "versions": versions, "trainer_args": {
                   k: v for k, v in args.to_dict().items() if k in (
-                      "per_device_train_batch_size", "bf16", "optim", "fsdp", "fsdp_config", "deepspeed", "max_grad_norm",
+                      "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "optim", "fsdp", "fsdp_config", "deepspeed", "max_grad_norm",
                       "use_liger_kernel", "gradient_checkpointing", "dataloader_num_workers", "adam_beta2")}}
     Path(a.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("mode", "model", "tokens_per_s", "mfu", "peak_memory_bytes")}))

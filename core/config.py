@@ -110,6 +110,10 @@ class RunConfig(BaseModel):
     """Decoder layers' linear layers multiply in float8 (torchao: dynamic per-tensor scales, e4m3 forward, e5m2
     gradients; under fsdp the weights are also all-gathered in float8); with bf16-mixed or bf16-true only, opt-in:
     check it against bf16 with `recipe compare --strategies fsdp,fsdp:float8`; needs `pip install 'shardlab[float8]'`."""
+    experiments: list[str] = []
+    """Experimental levers of the chosen preset (`recipe strategies` lists each preset's): changes to speed or memory
+    that are measured on a GPU before any becomes a default; several comma-separated (in a YAML config: a list, or
+    the same string)."""
     chunked_loss: bool = False
     """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
     kernels: Optional[Literal["torch", "liger"]] = None
@@ -169,6 +173,18 @@ class RunConfig(BaseModel):
             raise ValueError(f"--val-batches {self.val_batches}: there is no validation set; give --val-data PATH or "
                              "--val-split F too")
         return self
+
+    @field_validator("experiments", mode="before")
+    @classmethod
+    def _experiment_names(cls, v: Any) -> Any:
+        """A comma-separated string (the flag, a YAML string) or a list: the names stripped, without empties and
+        repeats, in the order given."""
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, (list, tuple)) or not all(isinstance(item, str) for item in v):
+            return v  # pydantic names the type it wanted
+        names = [n.strip() for item in v for n in item.split(",")]
+        return list(dict.fromkeys(n for n in names if n))
 
     @field_validator("micro_batch_size")
     @classmethod

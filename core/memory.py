@@ -60,7 +60,8 @@ class Workload:
     compiled: Optional[bool] = False
     """torch.compile per decoder layer (None: not decided yet, each preset's default) (with torch kernels: the fused graph keeps fewer norm intermediates)."""
     float8: bool = False
-    """Decoder layers' linears multiply in float8 (torchao): float8 copies of their inputs and weights beside the bf16 ones."""
+    """Decoder layers' linears multiply in float8 (torchao): their float8 casts are transient; under autocast no 16-bit
+    copy of their weights is cached (strategies/ddp.py)."""
     offload_ratio: float = 1.0
     """ZeRO-3 optimizer offload: the share of the optimizer on the CPU; the rest (and its fp32 gradients) stays on the GPU."""
 

@@ -52,6 +52,9 @@ class Capabilities(BaseModel):
     (tested against bf16; recipes/module.py converts them after build_model unless the adapter did it before)."""
     offload_ratio: bool = False
     """Keeps part of the offloaded optimizer on the GPU (`--offload-ratio`, DeepSpeed ZeRO-3's offload_optimizer.ratio)."""
+    experiments: dict[str, str] = {}
+    """Experimental levers this preset offers (`--experiments NAME`), each name with a one-line description: changes
+    to speed or memory, not to what is trained, that are measured on a GPU before any becomes a default."""
     selector_role: Optional[Literal["small", "large_single_node", "large", "offload_optimizer", "offload_all"]] = None
     """The branch of the selector's decision tree (core/selector.py) that picks this preset: small (< 10B, no
     offload), large_single_node (>= 10B on one node of < 8 GPUs), large (>= 10B otherwise), offload_optimizer,
@@ -85,6 +88,7 @@ class RunContext:
     kernels: str = "torch"  # "torch" or "liger" (fused Triton kernels, recipes/kernels.py)
     float8: bool = False  # decoder layers' linears in float8 (torchao), recipes/float8.py
     offload_ratio: float = 1.0  # ZeRO-3 optimizer offload: share of the optimizer on the CPU (DeepSpeed offload_optimizer.ratio)
+    experiments: tuple[str, ...] = ()  # --experiments: names from capabilities.experiments, each checked in `check`
     native_config: Optional[dict] = None  # the user's own backend config (--deepspeed-config), as use_native_config filled it
 
     @property
@@ -168,11 +172,20 @@ class Strategy(ABC):
         if ctx.compile and not self.capabilities.compile:
             raise UserError(f"--compile: strategy '{self.name}' does not run with torch.compile; use --no-compile")
         if ctx.float8 and not self.capabilities.float8:
-            raise UserError(f"--float8: strategy '{self.name}' is not cleared for float8 linears; use fsdp, ddp or zero2, "
-                            f"or drop --float8")
+            from shardlab.core import registry
+
+            cleared = ", ".join(n for n, p in registry.presets().items() if p.capabilities.float8)
+            raise UserError(f"--float8: strategy '{self.name}' is not cleared for float8 linears; use one that is "
+                            f"({cleared}), or drop --float8")
         if ctx.offload_ratio != 1.0 and not self.capabilities.offload_ratio:
             raise UserError(f"--offload-ratio {ctx.offload_ratio:g}: strategy '{self.name}' keeps no part of an offloaded "
                             f"optimizer on the GPU; use zero3_offload, or drop --offload-ratio")
+        unknown = ", ".join(f"'{e}'" for e in ctx.experiments if e not in self.capabilities.experiments)
+        if unknown:
+            offered = ", ".join(self.capabilities.experiments)
+            raise UserError(f"--experiments {','.join(ctx.experiments)}: strategy '{self.name}' offers no experiment "
+                            f"{unknown}; it offers: " + (f"{offered} (`recipe strategies` describes them)" if offered
+                                                         else "none; drop --experiments"))
         defaults = RunContext.__dataclass_fields__["loss_scale"].default
         for i, knob in enumerate(("initial_power", "window", "hysteresis", "min")):
             if ctx.loss_scale[i] != defaults[i] and knob not in self.loss_scale_knobs:
@@ -205,10 +218,13 @@ class Strategy(ABC):
         """The optimizer this backend steps with."""
         import torch
 
-        # Fused AdamW on GPUs; not under 16-mixed, where GradScaler must unscale before clipping.
-        fused = ctx.accelerator == "gpu" and ctx.precision != "16-mixed"
         return torch.optim.AdamW(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
-                                 weight_decay=spec.weight_decay, fused=fused)
+                                 weight_decay=spec.weight_decay, fused=self.fused_adamw(ctx))
+
+    def fused_adamw(self, ctx: RunContext) -> bool:
+        """Whether `optimizer`'s AdamW is torch's fused one (one kernel per step): on GPUs, not under 16-mixed,
+        where GradScaler must unscale before clipping."""
+        return ctx.accelerator == "gpu" and ctx.precision != "16-mixed"
 
     def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
         """Clip gradients to a global norm (the recipe calls it after backward, before the step).

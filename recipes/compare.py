@@ -23,7 +23,9 @@ from shardlab.recipes.flags import add_run_arguments
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategies", required=True,
                         help="comma-separated presets, the first the reference; PRESET:float8 runs it with --float8, "
-                             "PRESET:offload-ratio=R with --offload-ratio R (e.g. fsdp,fsdp:float8: float8 against bf16)")
+                             "PRESET:offload-ratio=R with --offload-ratio R, PRESET:experiment=NAME with --experiments "
+                             "NAME (repeat it for several) (e.g. fsdp,fsdp:float8: float8 against bf16; "
+                             "zero3,zero3:experiment=fused-step)")
     parser.add_argument("--no-align", action="store_true",
                         help="run each backend's default dtypes and flag every mismatch instead of aligning them")
     parser.add_argument("--test-lr-override", action="append", default=[], help=argparse.SUPPRESS)  # NAME=LR, tests only
@@ -31,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def entry(name: str) -> dict[str, Any]:
-    """The config fields one --strategies entry sets: PRESET, then optionally :float8 (--float8) and
-    :offload-ratio=R (--offload-ratio R), e.g. fsdp:float8 or zero3_offload:offload-ratio=0.5."""
+    """The config fields one --strategies entry sets: PRESET, then optionally :float8 (--float8),
+    :offload-ratio=R (--offload-ratio R) and :experiment=NAME (--experiments NAME; repeated, several), e.g.
+    fsdp:float8, zero3_offload:offload-ratio=0.5 or zero3:experiment=fused-step:experiment=lean-config."""
     preset, *variants = name.split(":")
     fields: dict[str, Any] = {"strategy": preset}
     for variant in variants:
@@ -44,18 +47,37 @@ def entry(name: str) -> dict[str, Any]:
             try:
                 fields["offload_ratio"] = float(value)
             except ValueError:
-                fields["offload_ratio"] = -1.0
-            if 0 < fields["offload_ratio"] <= 1:
+                fields["offload_ratio"] = None
+            if fields["offload_ratio"] is not None and 0 < fields["offload_ratio"] <= 1:
                 continue
             raise UserError(f"--strategies {name}: offload-ratio={value} is not a share in (0, 1]; e.g. "
                             f"zero3_offload:offload-ratio=0.5")
-        raise UserError(f"--strategies {name}: unknown variant '{variant}'; PRESET:float8 or "
-                        f"PRESET:offload-ratio=R (e.g. fsdp:float8), or the preset alone")
+        if key == "experiment" and value:
+            named = fields.setdefault("experiments", [])
+            named += [] if value in named else [value]
+            continue
+        raise UserError(f"--strategies {name}: unknown variant '{variant}'; PRESET:float8, PRESET:offload-ratio=R "
+                        f"or PRESET:experiment=NAME (e.g. fsdp:float8), or the preset alone")
     return fields
 
 
 def _plans(cfg: RunConfig, names: list[str]) -> dict[str, ResolvedRun]:
-    return {n: resolve_run(cfg.model_copy(update=entry(n))) for n in names}
+    return {n: resolve_run(entry_config(cfg, n)) for n in names}
+
+
+def entry_config(cfg: RunConfig, name: str) -> RunConfig:
+    """The run of one --strategies entry: the shared flags, then what the entry sets; an entry's experiments are
+    added to those of --experiments."""
+    fields = entry(name)
+    if "experiments" in fields:
+        fields["experiments"] = list(dict.fromkeys([*cfg.experiments, *fields["experiments"]]))
+    return cfg.model_copy(update=fields)
+
+
+def compared(names: list[str]) -> tuple[str, ...]:
+    """The config fields the entries set (strategy, float8, offload_ratio, experiments) and those the runs differ in
+    by design: what is compared, never a suspect."""
+    return ("strategy", "output", "offload", *sorted({k for n in names for k in entry(n)}))
 
 
 def _folder(name: str) -> str:
@@ -142,15 +164,14 @@ def main(args: argparse.Namespace) -> int:
             raise RunFailed(f"compare: the {name} run failed (exit {rc}): {' '.join(tail)}; log in {log_file}")
         summaries[name] = json.loads((out / "runs" / _folder(name) / "summary.json").read_text())
 
-    # 3. Parity, performance, exports, suspects; then the report. float8 against bf16: the wider tolerance. What the
-    # entries set differently is what is compared, not a suspect.
+    # 3. Parity, performance, exports, suspects; then the report. float8 against bf16: the wider tolerance; an
+    # experiment keeps the precision's (it changes speed or memory, not what is trained). What the entries set
+    # differently is what is compared, not a suspect.
     float8 = len({prepared[n].config.float8 for n in names}) > 1
-    varied = {k for n in names for k in entry(n)}
     parity = cmp.loss_parity({n: s["losses"] for n, s in summaries.items()}, alignment.precision, float8)
     val_parity = cmp.val_loss_parity({n: s.get("val_losses", []) for n, s in summaries.items()}, alignment.precision,
                                      float8)
-    ignore = ("strategy", "output", "offload", *sorted(varied))
-    suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()}, ignore)
+    suspects += cmp.config_differences({n: s["config"] for n, s in summaries.items()}, compared(names))
     metrics = _metrics(names, summaries, parity, plans, alignment, before, suspects, args, out)
     metrics["validation"] = val_parity
     write_json_atomic(out / "metrics.json", metrics)

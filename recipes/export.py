@@ -46,6 +46,17 @@ def _for_shell(state: dict[str, torch.Tensor], config, dtype: torch.dtype) -> di
     return out
 
 
+def _check_buffers(reloaded: torch.nn.Module, trained: dict[str, torch.Tensor]) -> None:
+    """The reload's buffers (RoPE's frequencies: computed at load, never saved) are the trained model's, to within
+    16-bit rounding. A random tiny model barely uses positions after a few steps, so its logits alone once passed the
+    check with garbage frequencies (strategies/deepspeed_lightning.py model_sharded_context says how)."""
+    for name, buffer in reloaded.named_buffers():
+        mine = trained.get(name)
+        if mine is not None and not torch.allclose(buffer.detach().to("cpu", torch.float32), mine, rtol=1e-2, atol=1e-6):
+            raise ExportError(f"hf export: the reloaded model's {name} differs from the trained model's; "
+                              f"the export is not written")
+
+
 class HFExport(pl.Callback):
     """Collective part in on_train_end (every rank), files on rank 0 only."""
 
@@ -63,15 +74,17 @@ class HFExport(pl.Callback):
         trained = _logits(model, probe, self.precision)
         problem = None
         if trainer.global_rank == 0:
+            buffers = {n: b.detach().to("cpu", torch.float32) for n, b in model.named_buffers()}
             try:
-                self._write_and_verify(state, trained, pl_module.device)
+                self._write_and_verify(state, trained, buffers, pl_module.device)
             except ExportError as e:
                 problem = str(e)
         problem = trainer.strategy.broadcast(problem, src=0)  # every rank fails together, none hangs
         if problem:
             raise ExportError(problem)
 
-    def _write_and_verify(self, state: dict[str, torch.Tensor], trained: torch.Tensor, device: torch.device) -> None:
+    def _write_and_verify(self, state: dict[str, torch.Tensor], trained: torch.Tensor, buffers: dict[str, torch.Tensor],
+                          device: torch.device) -> None:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
         dtype = EXPORT_DTYPE.get(self.precision, torch.float32)
@@ -87,6 +100,7 @@ class HFExport(pl.Callback):
             shell.save_pretrained(tmp, safe_serialization=True)
             AutoTokenizer.from_pretrained(self.source_folder).save_pretrained(tmp)
             reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype).to(device).eval()
+            _check_buffers(reloaded, buffers)
             if self.float8:  # the same arithmetic as the trained model's, so that the check sees the weights only
                 from shardlab.recipes import float8
                 float8.convert(reloaded)

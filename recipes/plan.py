@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
     print(_table(run.model, _budget(run), f"micro-batch {c.micro_batch_size} x seq {c.seq_len} x accumulation "
                  f"{c.grad_accum}, {c.precision}, activation checkpointing {'on' if c.activation_checkpointing else 'off'}",
                  run.candidates))
-    print(f"choice: {c.strategy}")
+    print(f"choice: {c.strategy}" + (f" + experiments {','.join(c.experiments)}" if c.experiments else ""))
     for reason in (run.auto["reasons"] if run.auto else [f"--strategy {c.strategy} was given"]):
         print(f"  - {reason}")
     for decision in run.decisions:

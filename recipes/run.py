@@ -315,7 +315,9 @@ def announce(run: ResolvedRun) -> None:
         print(f"shardlab: {decision}")
     for line in run.warnings:
         print(f"recipe: warning: {line}", file=sys.stderr)
-    print(f"shardlab: {c.strategy} on {run.world_size} x {c.accelerator}, {c.precision}{' + float8 linears' if c.float8 else ''}, model {c.model}, "
+    levers = (" + float8 linears" if c.float8 else "") + (
+        f" + experiments {','.join(c.experiments)}" if c.experiments else "")
+    print(f"shardlab: {c.strategy} on {run.world_size} x {c.accelerator}, {c.precision}{levers}, model {c.model}, "
           f"micro-batch {c.micro_batch_size} x seq {c.seq_len} x accumulation {c.grad_accum}, output {c.output}", flush=True)
 
 

@@ -10,6 +10,7 @@ from shardlab.core.precision import half
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies import deepspeed_console  # silences DeepSpeed's messages a user cannot act on, on import
+from shardlab.strategies import deepspeed_experiments as experiments
 from shardlab.strategies.deepspeed_offload import OFFLOAD_RATIO_SUB_GROUP_SIZE, offloaded_share
 from shardlab.strategies._common import adam_step, is_rank_zero, process_group_backend
 
@@ -189,6 +190,7 @@ class ZeRO(Strategy):
         if self.stage == 3:
             zero["stage3_gather_16bit_weights_on_model_save"] = True
         extra: dict[str, Any] = {"communication_data_type": ctx.grad_reduce_dtype} if ctx.grad_reduce_dtype != "auto" else {}
+        experiments.configure(ctx.experiments, zero, extra)
         if ctx.precision == "16-mixed":  # dynamic loss scaling with the run's knobs (Lightning keeps a given fp16 section)
             power, window, hysteresis, minimum = ctx.loss_scale
             extra["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": power,
@@ -236,6 +238,10 @@ class ZeRO(Strategy):
             }}
         return super().external_config(fmt, ctx, spec)
 
+    def check(self, ctx: RunContext) -> None:
+        super().check(ctx)
+        experiments.check(ctx.experiments)
+
     def warnings(self, ctx: RunContext) -> list[str]:
         if ctx.offload_ratio == 1:
             return []
@@ -246,6 +252,11 @@ class ZeRO(Strategy):
         return [f"--offload-ratio {r}: the GPU share's step (torch AdamW beside DeepSpeedCPUAdam) is not yet checked "
                 f"against ratio 1 on a GPU; check it before a long run: `recipe compare --strategies "
                 f"{self.name},{self.name}:offload-ratio={r}`"]
+
+    def fused_adamw(self, ctx: RunContext) -> bool:
+        # fused-step hands the clip to the fused kernel (CPU processes too, so CI runs that path); DeepSpeed scales
+        # fp16 losses itself, so Lightning's GradScaler never needs the unfused one here
+        return "fused-step" in ctx.experiments or super().fused_adamw(ctx)
 
     def model_state_bytes(self, shape, work):
         if self.stage == 2:
@@ -259,7 +270,8 @@ class ZeRO(Strategy):
             config = {**config, **ctx.native_config, "zero_optimization": zero}
         from shardlab.strategies.deepspeed_lightning import _LightningDeepSpeed
 
-        return _LightningDeepSpeed(config=config, process_group_backend=process_group_backend(ctx))
+        return _LightningDeepSpeed(config=config, process_group_backend=process_group_backend(ctx),
+                                   fused_step="fused-step" in ctx.experiments)
 
     def trainer_kwargs(self, ctx: RunContext) -> dict[str, Any]:
         return {"precision": ctx.precision}  # clipping lives in the DeepSpeed config
@@ -355,16 +367,19 @@ PRESETS = [
         kwargs={"stage": stage, "offload": offload, "tuning": ZERO3_TUNING if name == "zero3" else None},
         # torch.compile of the decoder layers: ZeRO-2 measured +11.6% on one H200 (47,128 -> 52,581 tokens/s, llama-1b,
         # results/2026-12-02-offload-and-ratios-h200.md); ZeRO-3 -16.5% (its parameter fetch hooks break the graphs).
-        # --float8: ZeRO-2 only. Under ZeRO-3 float8 linears train to the same losses (CPU, 8 runs alike), but the
-        # forward after training (the export check) gave NaN logits once in clean-clone CI and a different logit
-        # difference in 1 of 8 local runs, as if a partitioned weight were read before its gather completed; ZeRO-2's
-        # runs (unpartitioned weights) were alike every time. Refused until that is understood.
+        # --float8: ZeRO-2 and zero3 (2 CPU ranks, tiny Llama 3 shape: losses within 2e-3 of fsdp's float8 run,
+        # tests/recipes/test_float8.py). zero3's export check once gave NaN logits: the reload had garbage RoPE
+        # frequencies, from torch's device-context cache filled inside zero.Init (fixed in _LightningDeepSpeed's
+        # model_sharded_context). zero2_offload too (CPU: within 3.4e-4 of fsdp:float8); zero3's offload presets
+        # have not run with float8, so they refuse it.
         # --offload-ratio: zero3_offload only. With parameter offload too (zero3_offload_all) the GPU's sub-groups
         # would step fp32 masters whose 16-bit partitions live on the CPU; DeepSpeed's code does not refuse it, but
         # no run here has exercised it (on CPU processes every sub-group is on the CPU anyway), so it stays refused.
         capabilities=Capabilities(offload=offload, compile_by_default=name == "zero2", native_config="deepspeed",
-                                  portable_checkpoint=True, offload_ratio=name == "zero3_offload", float8=stage < 3,
-                                  selector_role=role, **_ZERO_SHARDS[stage]),
+                                  portable_checkpoint=True, offload_ratio=name == "zero3_offload",
+                                  float8=name in ("zero2", "zero2_offload", "zero3"),
+                                  selector_role=role, experiments=experiments.ZERO3 if name == "zero3" else {},
+                                  **_ZERO_SHARDS[stage]),
     )
     for name, stage, offload, role, desc in [
         ("zero2", 2, "none", "large_single_node", "DeepSpeed ZeRO-2: optimizer states and gradients sharded"),

@@ -6,6 +6,7 @@ Its own module so that strategies/deepspeed.py (presets, memory model, config) l
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
@@ -18,13 +19,33 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
     `setup_distributed`, and passes `device_rank=root_device.index` (None on CPU) to DeepSpeed,
     which then fails comparing None with an int. setup_environment, setup_distributed and
     _setup_model_and_optimizer fix that; `backward` fixes a numerics bug on every device (see there).
+    fused_step: zero3's `fused-step` experiment replaces three parts of the ZeRO-3 step (deepspeed_zero3_step.py).
     """
+
+    def __init__(self, *args, fused_step: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fused_step = fused_step
 
     def backward(self, closure_loss, optimizer, *args, **kwargs):  # type: ignore[override]
         # Lightning already divides the loss by accumulate_grad_batches; DeepSpeed's engine.backward
         # would divide it by gradient_accumulation_steps again. Harmless for Adam without clipping,
         # but with clipping the curves leave DDP/FSDP's from the first clipped step. Scale once.
         return super().backward(closure_loss, optimizer, *args, scale_wrt_gas=False, **kwargs)
+
+    @contextmanager
+    def model_sharded_context(self):
+        # torch caches, at the first `with torch.device(...)` of the process, which factory functions such a context
+        # redirects (torch.utils._device._device_constructors). Under ZeRO-3, deepspeed.zero.Init replaces
+        # torch.tensor, torch.empty and the like while the model is built; a first `with torch.device("meta")` there
+        # (torchao's Float8Linear.from_float, --float8) cached DeepSpeed's replacements, so once they were put back no
+        # device context redirected torch's own functions again in this process: transformers' from_pretrained (the
+        # export check's reload) then saw no meta context, ran its init on meta parameters, and left the RoPE
+        # frequencies uninitialised (garbage, once NaN, logits). Filling the cache first keeps torch's functions in it.
+        from torch.utils._device import _device_constructors
+
+        _device_constructors()
+        with super().model_sharded_context():
+            yield
 
     def setup_environment(self) -> None:
         DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
@@ -51,6 +72,10 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             dist_init_required=False,
         )
         share_backup_optimizer(ds_optimizer)
+        if self.fused_step:
+            from shardlab.strategies import deepspeed_zero3_step
+
+            deepspeed_zero3_step.install(ds_optimizer)
         return engine, ds_optimizer
 
 

@@ -26,3 +26,15 @@ def test_all_problems_reported_at_once_by_flag():
 def test_devices_zero_is_refused():
     with pytest.raises(UserError, match="--devices: must be at least 1"):
         load_config(None, {"devices": "0"})
+
+
+def test_experiments_from_the_flag_and_from_yaml(tmp_path):
+    """--experiments is comma-separated; YAML gives a list or the same string; blanks and repeats dropped, order kept."""
+    assert RunConfig().experiments == []
+    assert load_config(None, {"experiments": " fused-step,,lean-config,fused-step "}).experiments == ["fused-step",
+                                                                                                      "lean-config"]
+    for text in ("experiments: [lean-config, fused-step]\n", "experiments: lean-config,fused-step\n"):
+        (tmp_path / "run.yaml").write_text(text)
+        assert load_config(str(tmp_path / "run.yaml"), {}).experiments == ["lean-config", "fused-step"]
+    with pytest.raises(UserError, match="^--experiments: "):
+        load_config(None, {"experiments": {"fused-step": True}})

@@ -62,6 +62,15 @@ def test_the_guide_shows_a_whole_plugin_with_a_memory_model():
     assert "ddp_lean" in _files("toml")["pyproject.toml"]
 
 
+def test_the_guide_names_every_capability():
+    """Each Capabilities field (experiments among them) is described in the guide, as `name` or capabilities.name."""
+    from shardlab.core.strategy import Capabilities
+
+    text = GUIDE.read_text()
+    assert [f for f in Capabilities.model_fields if f"`{f}`" not in text and f"capabilities.{f}" not in text] == []
+    assert "ctx.experiments" in text
+
+
 def test_guide_plugin_is_listed_as_a_plugin(guide_plugin, in_process):
     rc, out, err = in_process("strategies", "--json")
     assert rc == 0, err

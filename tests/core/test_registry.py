@@ -41,3 +41,10 @@ def test_recipe_strategies_json(in_process):  # in this process (tests/conftest.
 def test_recipe_strategies_table(in_process):
     rc, out, _ = in_process("strategies")
     assert rc == 0 and "zero3_offload_all" in out
+    zero3 = out.split("\n  zero3 ", 1)[1].splitlines()  # its row, then one line per experiment under it
+    assert zero3[1].startswith("    --experiments lean-config: ") and zero3[2].startswith("    --experiments fused-step: ")
+    assert zero3[3].startswith("  zero3_offload ")  # the presets without experiments list none
+    rc, out, _ = in_process("strategies", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step"}
+    assert rows["fsdp"]["capabilities"]["experiments"] == {}

@@ -74,6 +74,12 @@ def _cases(tmp):
                                         f"--offload-ratio 0.5: strategy '{s}' keeps no part of an offloaded optimizer on "
                                         f"the GPU; use zero3_offload, or drop --offload-ratio")
            for s in ("ddp", "fsdp", "fsdp_offload", "zero2_offload", "zero3", "zero3_offload_all")},
+        "experiment the preset lacks": (["--strategy", "fsdp", "--experiments", "fused-step"],
+                                        "--experiments fused-step: strategy 'fsdp' offers no experiment 'fused-step'; "
+                                        "it offers: none; drop --experiments"),
+        "unknown experiment": (["--strategy", "zero3", "--experiments", "lean-config,nope"],
+                               "--experiments lean-config,nope: strategy 'zero3' offers no experiment 'nope'; it offers: "
+                               "lean-config, fused-step"),
         "offload ratio 0": (["--strategy", "zero3_offload", "--offload-ratio", "0"], "--offload-ratio: Input should be greater than 0"),
         "offload ratio over 1": (["--strategy", "zero3_offload", "--offload-ratio", "1.5"], "--offload-ratio: Input should be less than or equal to 1"),
         "gpu without gpu": (["--accelerator", "gpu"], "no CUDA GPU"),

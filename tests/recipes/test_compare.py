@@ -176,6 +176,26 @@ def test_an_entry_names_a_preset_and_its_variants():
     assert entry("fsdp:float8") == {"strategy": "fsdp", "float8": True}
     assert entry("zero3_offload:float8:offload-ratio=0.25") == {"strategy": "zero3_offload", "float8": True,
                                                                 "offload_ratio": 0.25}
-    for bad in ("fsdp:float8=1", "zero3_offload:offload-ratio=x", "zero3_offload:offload-ratio=0", "fsdp:fp8"):
+    assert entry("zero3:experiment=fused-step") == {"strategy": "zero3", "experiments": ["fused-step"]}
+    assert entry("zero3:experiment=fused-step:experiment=lean-config:experiment=fused-step") == {
+        "strategy": "zero3", "experiments": ["fused-step", "lean-config"]}
+    for bad in ("fsdp:float8=1", "zero3_offload:offload-ratio=x", "zero3_offload:offload-ratio=0", "fsdp:fp8",
+                "zero3:experiment", "zero3:experiment="):
         with pytest.raises(UserError):
             entry(bad)
+
+
+def test_an_experiment_entry_adds_to_the_flag_and_is_compared_not_suspected():
+    """In-process: an entry's experiments join --experiments'; the field it sets is left out of the suspects (what
+    differs by design), as float8 and offload_ratio are."""
+    from shardlab.core import compare as cmp
+    from shardlab.core.config import RunConfig
+    from shardlab.recipes.compare import compared, entry_config
+
+    base = RunConfig(strategy="zero3", experiments=["lean-config"])
+    assert entry_config(base, "zero3").experiments == ["lean-config"]
+    assert entry_config(base, "zero3:experiment=fused-step").experiments == ["lean-config", "fused-step"]
+    names = ["zero3", "zero3:experiment=fused-step"]
+    configs = {n: entry_config(RunConfig(strategy="zero3"), n).model_dump() for n in names}
+    assert "experiments" in compared(names) and cmp.config_differences(configs, compared(names)) == []
+    assert cmp.config_differences(configs) == ["experiments differs: zero3 [], zero3:experiment=fused-step ['fused-step']"]

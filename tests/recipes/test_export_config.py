@@ -73,6 +73,22 @@ def test_float8_reaches_accelerate_and_is_named_where_deepspeed_has_no_key(in_pr
     assert rc == 0 and "--float8 is not in a ds_config.json" in out, err
 
 
+@pytest.mark.parametrize("fmt", ["deepspeed", "accelerate"])
+def test_experiments_do_not_stop_an_export(in_process, tmp_path, fmt):
+    """--experiments of the preset: the file is written with what they set in the backend's config (lean-config's
+    DeepSpeed keys), and a note says that what shardlab's code does at run time (fused-step) is not in it."""
+    out = tmp_path / "cfg"
+    rc, printed, err = in_process("export-config", "--format", fmt, "--strategy", "zero3", "--accelerator", "gpu",
+                                  "--devices", "1", "--micro-batch-size", "4", "--experiments", "lean-config,fused-step",
+                                  "--output", out)
+    assert rc == 0 and out.is_file(), err
+    assert "recipe: note: --experiments lean-config,fused-step: the file holds what they set" in printed
+    if fmt == "deepspeed":
+        written = json.loads(out.read_text())
+        assert written["timers"] == {"throughput": {"enabled": False}}
+        assert written["zero_optimization"]["memory_efficient_linear"] is False
+
+
 def test_no_deepspeed_form_for_fsdp_and_nothing_written(in_process, tmp_path):
     out = tmp_path / "x.json"
     rc, _, err = in_process("export-config", "--format", "deepspeed", "--strategy", "fsdp", "--output", out)

@@ -105,3 +105,22 @@ def test_plan_when_nothing_fits_prints_the_table_and_exits_2(capsys, binding):
     key = "gpu_bytes" if binding == "gpu" else "cpu_bytes"
     candidates = [s for s in out["strategies"] if binding == "gpu" or s["gpu_bytes"] <= out["budget"]["gpu_bytes"]]
     assert out["closest"] == min(candidates, key=lambda s: s[key])["name"]
+
+
+def test_plan_takes_the_presets_experiments_into_the_resolved_run(in_process, capsys):
+    """`recipe plan --experiments` (in-process): the resolved run and its context carry them, the choice names them,
+    and so does the first line `recipe run` prints (summary.json's config is this run's config)."""
+    from shardlab.core.resolved import ResolvedRun
+    from shardlab.recipes.run import announce
+
+    flags = ("plan", "--strategy", "zero3", "--accelerator", "cpu", "--experiments", "fused-step,lean-config")
+    rc, out, err = in_process(*flags, "--json")
+    assert rc == 0, err
+    run = ResolvedRun.model_validate(json.loads(out)["resolved"])
+    assert run.config.experiments == ["fused-step", "lean-config"]
+    assert run.context().experiments == ("fused-step", "lean-config")
+    announce(run)
+    assert "zero3 on 2 x cpu, 32-true + experiments fused-step,lean-config, model tiny" in capsys.readouterr().out
+    rc, out, err = in_process(*flags)
+    assert rc == 0 and "choice: zero3 + experiments fused-step,lean-config" in out, err
+    assert ResolvedRun.model_validate(json.loads(in_process(*flags[:-2], "--json")[1])["resolved"]).context().experiments == ()

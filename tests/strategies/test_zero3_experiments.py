@@ -1,0 +1,97 @@
+"""zero3's experiments (strategies/deepspeed_experiments.py): each trains the model zero3 trains.
+
+One `recipe compare` of zero3 against zero3:experiment=fused-step and zero3:experiment=lean-config on 2 CPU ranks, on
+the Llama 3 shape (tied embeddings, 128k vocabulary) in bf16-mixed with clipping on every step, so that every replaced
+part of the step runs: SHARDLAB_TRACE counts, per rank and step, the fp32 norm, the gradient taken from its span and the
+clip handed to the fused AdamW (strategies/deepspeed_zero3_step.py); then one resume of the fused-step run from its own
+checkpoint. The ds_config of lean-config and fused-step's version check are checked in-process.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+STEPS = 6
+FLAGS = ("--model", "tiny-llama3", "--max-steps", str(STEPS), "--micro-batch-size", "2", "--seq-len", "64",
+         "--precision", "bf16-mixed", "--grad-clip", "0.05", "--no-export", "--checkpoint-every", "3")
+NAMES = ("zero3", "zero3:experiment=fused-step", "zero3:experiment=lean-config")
+
+
+@pytest.fixture(scope="module")
+def compared(recipe, tmp_path_factory, monkeypatch_module) -> dict:
+    out = tmp_path_factory.mktemp("zero3-experiments")
+    trace = out / "trace.txt"
+    monkeypatch_module.setenv("SHARDLAB_TRACE", str(trace))
+    proc = recipe("compare", "--strategies", ",".join(NAMES), "--accelerator", "cpu", "--devices", "2", *FLAGS,
+                  "--output", out)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    runs = {n: json.loads((out / "runs" / n.replace(":", "-") / "summary.json").read_text()) for n in NAMES}
+    events = Counter(line.split()[0] for line in trace.read_text().splitlines())
+    return {"metrics": json.loads((out / "metrics.json").read_text()), "runs": runs, "events": events, "out": out}
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_zero3_experiments_train_the_model_zero3_trains(compared):
+    from tests.conftest import rel_diff
+
+    m, runs = compared["metrics"], compared["runs"]
+    assert m["parity"] and m["verdict"].startswith("PARITY"), m["verdict"]
+    stock = runs["zero3"]["losses"]
+    assert stock[-1] < stock[0]
+    for name in NAMES[1:]:
+        assert runs[name]["config"]["experiments"] == [name.split("=")[1]]
+        assert rel_diff(runs[name]["losses"], stock) < 2e-3, (name, runs[name]["losses"], stock)
+    # lean-config changes no arithmetic
+    assert runs["zero3:experiment=lean-config"]["losses"] == stock
+
+
+def test_fused_step_replaced_every_part_on_every_rank_and_step(compared):
+    events = compared["events"]
+    for event in ("zero3-norm-fp32", "zero3-grad-span", "zero3-clip-in-adamw"):
+        assert events[event] == 2 * STEPS, events  # the fused-step run only: 2 ranks x 6 steps
+
+
+def test_a_fused_step_checkpoint_resumes_to_the_same_losses(compared, recipe, tmp_path):
+    """fused-step steps with a fused AdamW, whose Adam step counter is a tensor: its checkpoint resumes."""
+    checkpoint = compared["out"] / "runs" / "zero3-experiment=fused-step" / "checkpoints" / "step-000003"
+    proc = recipe("run", "--strategy", "zero3", "--experiments", "fused-step", "--accelerator", "cpu", "--devices", "2",
+                  *FLAGS, "--resume", checkpoint, "--output", tmp_path / "resumed")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    again = json.loads((tmp_path / "resumed" / "summary.json").read_text())["losses"]
+    assert again[-3:] == compared["runs"]["zero3:experiment=fused-step"]["losses"][-3:]
+
+
+def test_lean_config_turns_off_the_timer_the_buckets_and_the_linear_wrapper():
+    from shardlab.core import registry
+    from shardlab.core.strategy import RunContext
+
+    ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1, grad_clip=1.0,
+                     micro_batch_size=8, experiments=("lean-config",))
+    config = registry.get("zero3").build().ds_config(ctx)
+    assert config["timers"] == {"throughput": {"enabled": False}}
+    assert config["zero_optimization"]["contiguous_gradients"] is False
+    assert config["zero_optimization"]["memory_efficient_linear"] is False
+    stock = registry.get("zero3").build().ds_config(RunContext(**{**ctx.__dict__, "experiments": ()}))
+    assert "timers" not in stock and stock["zero_optimization"]["contiguous_gradients"] is True
+
+
+def test_fused_step_is_refused_under_another_deepspeed(monkeypatch):
+    """It replaces private methods of DeepSpeed 0.19.8's ZeRO-3: under any other version, one line before any process."""
+    import importlib.metadata
+
+    from shardlab.core.errors import UserError
+    from shardlab.strategies import deepspeed_experiments
+
+    deepspeed_experiments.check(("fused-step",))  # the installed (pinned) version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
+    with pytest.raises(UserError, match=r"--experiments fused-step: written against DeepSpeed 0\.19\.8, and deepspeed "
+                                        r"0\.20\.1 is installed"):
+        deepspeed_experiments.check(("lean-config", "fused-step"))
+    deepspeed_experiments.check(("lean-config",))  # settings only: any version
