@@ -44,7 +44,8 @@ def grid() -> list[tuple]:
     return jobs
 
 
-# A point's optional sixth field, a lever's flags: float8 (--float8), ratio0.5 (--offload-ratio 0.5).
+# A point's optional sixth field, a lever's flags: float8 (--float8), ratio0.5 (--offload-ratio 0.5),
+# exp.lean-config.fused-step (--experiments lean-config,fused-step).
 def extra_flags(extra: str) -> list[str]:
     if not extra:
         return []
@@ -52,7 +53,20 @@ def extra_flags(extra: str) -> list[str]:
         return ["--float8"]
     if extra.startswith("ratio"):
         return ["--offload-ratio", extra.removeprefix("ratio")]
-    raise SystemExit(f"unknown point option {extra!r}: float8 or ratioR")
+    if extra.startswith("exp."):
+        return ["--experiments", ",".join(extra.split(".")[1:])]
+    raise SystemExit(f"unknown point option {extra!r}: float8, ratioR or exp.NAME[.NAME]")
+
+
+def lever_fields(extra: str) -> dict:
+    """The RunConfig fields of a point's lever (see extra_flags)."""
+    if not extra:
+        return {}
+    if extra == "float8":
+        return {"float8": True}
+    if extra.startswith("exp."):
+        return {"experiments": extra.split(".")[1:]}
+    return {"offload_ratio": float(extra.removeprefix("ratio"))}
 
 
 def tag(job: tuple) -> str:
@@ -61,7 +75,7 @@ def tag(job: tuple) -> str:
 
 
 def parse(spec: str) -> list[tuple]:
-    """MODEL:PRESET:KERNELS:ac|noac:MICRO_BATCH[:float8|:ratioR], comma-separated."""
+    """MODEL:PRESET:KERNELS:ac|noac:MICRO_BATCH[:float8|:ratioR|:exp.NAME...], comma-separated."""
     out = []
     for j in filter(None, spec.split(",")):
         m, p, k, ac, mb, *extra = j.split(":")
@@ -82,7 +96,7 @@ def estimate_bytes(job: tuple) -> tuple[int, int]:
     from shardlab.recipes.resolve import resolve_run
 
     model, preset, kernels, ac, mb, extra = job
-    lever = {"float8": True} if extra == "float8" else {"offload_ratio": float(extra[5:])} if extra else {}
+    lever = lever_fields(extra)
     cfg = RunConfig(model=model, strategy=preset, kernels=kernels, micro_batch_size=mb, activation_checkpointing=ac,
                     accelerator="gpu", devices=1, gpu_memory_gib=141, max_steps=3, export=False, **lever)
     run = resolve_run(cfg, for_run=False)

@@ -110,10 +110,11 @@ class RunConfig(BaseModel):
     """Decoder layers' linear layers multiply in float8 (torchao: dynamic per-tensor scales, e4m3 forward, e5m2
     gradients; under fsdp the weights are also all-gathered in float8); with bf16-mixed or bf16-true only, opt-in:
     check it against bf16 with `recipe compare --strategies fsdp,fsdp:float8`; needs `pip install 'shardlab[float8]'`."""
-    experiments: list[str] = []
-    """Experimental levers of the chosen preset (`recipe strategies` lists each preset's): changes to speed or memory
-    that are measured on a GPU before any becomes a default; several comma-separated (in a YAML config: a list, or
-    the same string)."""
+    experiments: Optional[list[str]] = None
+    """The chosen preset's levers (`recipe strategies` lists each preset's): changes to speed or memory, not to what
+    is trained; several comma-separated (in a YAML config: a list, or the same string); default: those the preset
+    turns on (measured faster on a GPU with the same losses); `none` for none, e.g. to compare against the backend's
+    stock behaviour."""
     chunked_loss: bool = False
     """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
     kernels: Optional[Literal["torch", "liger"]] = None
@@ -182,9 +183,9 @@ class RunConfig(BaseModel):
         if isinstance(v, str):
             v = [v]
         if not isinstance(v, (list, tuple)) or not all(isinstance(item, str) for item in v):
-            return v  # pydantic names the type it wanted
+            return v  # pydantic names the type it wanted (None: the preset's defaults)
         names = [n.strip() for item in v for n in item.split(",")]
-        return list(dict.fromkeys(n for n in names if n))
+        return list(dict.fromkeys(n for n in names if n and n != "none"))
 
     @field_validator("micro_batch_size")
     @classmethod

@@ -64,6 +64,9 @@ class Workload:
     copy of their weights is cached (strategies/ddp.py)."""
     offload_ratio: float = 1.0
     """ZeRO-3 optimizer offload: the share of the optimizer on the CPU; the rest (and its fp32 gradients) stays on the GPU."""
+    experiments: Optional[tuple[str, ...]] = None
+    """The preset's levers (--experiments) as the run resolved them; None: each preset's defaults (zero3's fused-step
+    keeps no 16-bit copy of the gradients in the step, strategies/deepspeed.py)."""
 
     @property
     def world_size(self) -> int:

@@ -56,7 +56,7 @@ class ResolvedRun(BaseModel):
                           grad_reduce_dtype=c.grad_reduce_dtype, activation_checkpointing=c.activation_checkpointing,
                           compile=c.compile, chunked_loss=c.chunked_loss, kernels=c.kernels, float8=c.float8,
                           offload_ratio=1.0 if c.offload_ratio is None else c.offload_ratio,
-                          experiments=tuple(c.experiments),
+                          experiments=tuple(c.experiments or ()),
                           loss_scale=(c.loss_scale_initial_power, c.loss_scale_window, c.loss_scale_hysteresis,
                                       c.loss_scale_min), native_config=self.deepspeed_config)
 

@@ -53,8 +53,11 @@ class Capabilities(BaseModel):
     offload_ratio: bool = False
     """Keeps part of the offloaded optimizer on the GPU (`--offload-ratio`, DeepSpeed ZeRO-3's offload_optimizer.ratio)."""
     experiments: dict[str, str] = {}
-    """Experimental levers this preset offers (`--experiments NAME`), each name with a one-line description: changes
-    to speed or memory, not to what is trained, that are measured on a GPU before any becomes a default."""
+    """Levers this preset offers (`--experiments NAME`), each name with a one-line description: changes to speed or
+    memory, not to what is trained."""
+    default_experiments: tuple[str, ...] = ()
+    """Those of `experiments` a run gets unless --experiments names its own (`--experiments none`: none): only levers
+    measured faster on a GPU with the same losses, their memory measured too (benchmarks/gpu_memory.py)."""
     selector_role: Optional[Literal["small", "large_single_node", "large", "offload_optimizer", "offload_all"]] = None
     """The branch of the selector's decision tree (core/selector.py) that picks this preset: small (< 10B, no
     offload), large_single_node (>= 10B on one node of < 8 GPUs), large (>= 10B otherwise), offload_optimizer,
@@ -220,6 +223,11 @@ class Strategy(ABC):
 
         return torch.optim.AdamW(params, lr=spec.lr, betas=spec.betas, eps=spec.eps,
                                  weight_decay=spec.weight_decay, fused=self.fused_adamw(ctx))
+
+    def default_experiments(self, precision: str) -> tuple[str, ...]:
+        """The levers a run in this precision gets when --experiments is not given: Capabilities.default_experiments,
+        less any it cannot take (an adapter drops those its `check` would refuse)."""
+        return self.capabilities.default_experiments
 
     def fused_adamw(self, ctx: RunContext) -> bool:
         """Whether `optimizer`'s AdamW is torch's fused one (one kernel per step): on GPUs, not under 16-mixed,

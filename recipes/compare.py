@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategies", required=True,
                         help="comma-separated presets, the first the reference; PRESET:float8 runs it with --float8, "
                              "PRESET:offload-ratio=R with --offload-ratio R, PRESET:experiment=NAME with --experiments "
-                             "NAME (repeat it for several) (e.g. fsdp,fsdp:float8: float8 against bf16; "
-                             "zero3,zero3:experiment=fused-step)")
+                             "NAME (repeat it for several; experiment=none: without the preset's default ones) (e.g. "
+                             "fsdp,fsdp:float8: float8 against bf16; zero3:experiment=none,zero3: DeepSpeed's stock "
+                             "ZeRO-3 against shardlab's)")
     parser.add_argument("--no-align", action="store_true",
                         help="run each backend's default dtypes and flag every mismatch instead of aligning them")
     parser.add_argument("--test-lr-override", action="append", default=[], help=argparse.SUPPRESS)  # NAME=LR, tests only
@@ -34,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def entry(name: str) -> dict[str, Any]:
     """The config fields one --strategies entry sets: PRESET, then optionally :float8 (--float8),
-    :offload-ratio=R (--offload-ratio R) and :experiment=NAME (--experiments NAME; repeated, several), e.g.
-    fsdp:float8, zero3_offload:offload-ratio=0.5 or zero3:experiment=fused-step:experiment=lean-config."""
+    :offload-ratio=R (--offload-ratio R) and :experiment=NAME (--experiments NAME; repeated, several; none: no
+    experiment, not the preset's defaults), e.g. fsdp:float8, zero3_offload:offload-ratio=0.5 or zero3:experiment=none."""
     preset, *variants = name.split(":")
     fields: dict[str, Any] = {"strategy": preset}
     for variant in variants:
@@ -54,7 +55,7 @@ def entry(name: str) -> dict[str, Any]:
                             f"zero3_offload:offload-ratio=0.5")
         if key == "experiment" and value:
             named = fields.setdefault("experiments", [])
-            named += [] if value in named else [value]
+            named += [] if value in named or value == "none" else [value]
             continue
         raise UserError(f"--strategies {name}: unknown variant '{variant}'; PRESET:float8, PRESET:offload-ratio=R "
                         f"or PRESET:experiment=NAME (e.g. fsdp:float8), or the preset alone")
@@ -70,14 +71,14 @@ def entry_config(cfg: RunConfig, name: str) -> RunConfig:
     added to those of --experiments."""
     fields = entry(name)
     if "experiments" in fields:
-        fields["experiments"] = list(dict.fromkeys([*cfg.experiments, *fields["experiments"]]))
+        fields["experiments"] = list(dict.fromkeys([*(cfg.experiments or []), *fields["experiments"]]))
     return cfg.model_copy(update=fields)
 
 
 def compared(names: list[str]) -> tuple[str, ...]:
     """The config fields the entries set (strategy, float8, offload_ratio, experiments) and those the runs differ in
-    by design: what is compared, never a suspect."""
-    return ("strategy", "output", "offload", *sorted({k for n in names for k in entry(n)}))
+    by design (each preset's default experiments among them): what is compared, never a suspect."""
+    return ("strategy", "output", "offload", "experiments", *sorted({k for n in names for k in entry(n)} - {"experiments"}))
 
 
 def _folder(name: str) -> str:

@@ -42,6 +42,6 @@ def main(args: argparse.Namespace) -> int:
         print("recipe: note: --float8 is not in a ds_config.json: convert the model's linears in your script "
               "(torchao.float8.convert_to_float8_training) before deepspeed.initialize")
     if run.config.experiments:  # an experiment may be settings (in the file) or shardlab's own code (not)
-        print(f"recipe: note: --experiments {','.join(run.config.experiments)}: the file holds what they set in the "
+        print(f"recipe: note: experiments {','.join(run.config.experiments)}: the file holds what they set in the "
               f"backend's config; what shardlab's code does at run time (`recipe strategies` describes each) is not in it")
     return 0

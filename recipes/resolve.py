@@ -119,6 +119,9 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
         raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
     compile_ = _compiled(preset, work, hw.accelerator)
     work = dataclasses.replace(work, compiled=compile_)  # torch.compile keeps fewer activations (core/memory.py)
+    # --experiments as given, else the chosen preset's defaults for this precision (zero3's change its step's memory)
+    levers = cfg.experiments if cfg.experiments is not None else list(strategy.default_experiments(precision))
+    work = dataclasses.replace(work, experiments=tuple(levers))
     # 6. The batch: micro-batch (auto: the largest the estimate fits), then accumulation (for offload under auto,
     #    the selector's step 4, from the final micro-batch).
     micro, largest, grad_accum, batch_reasons = _batch(cfg, strategy, preset, budget, shape, work, micro, decisions)
@@ -135,11 +138,12 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
         activation_checkpointing=work.activation_checkpointing, output=cfg.output or f"runs/{preset.name}"))
     run = ResolvedRun(config=resolved, hardware=budget.hw, model={"name": cfg.model, **shape.describe()},
                       context_length=context, decisions=decisions, auto=auto, warnings=warnings)
+    run = _experiments(run, strategy, cfg, levers)
     run = _check(run, strategy, cfg, shape, kernels)
     # Every candidate estimated again, at the final micro-batch and checkpointing: the choice above was made at
     # micro-batch 1 when `auto` (what fits at all decides the preset; the micro-batch then follows from it),
     # while the table shows the run that trains.
-    rows = [_row(r) for r in selector.table(_candidates(budget.hw, shape, work, precision), budget)]
+    rows = [_row(r) for r in selector.table(_candidates(budget.hw, shape, work, precision, preset.name), budget)]
     return run.model_copy(update={
         "candidates": rows, "largest_micro_batch": largest,
         "estimate": None if estimate is None else {"gpu_bytes": estimate.gpu_bytes, "cpu_bytes": estimate.cpu_bytes,
@@ -223,6 +227,16 @@ def _batch(cfg: RunConfig, strategy, preset: registry.Preset, budget: selector.B
     return micro, largest, _accumulation(cfg, micro, world, picked), reasons
 
 
+def _experiments(run: ResolvedRun, strategy, cfg: RunConfig, names: list[str]) -> ResolvedRun:
+    """--experiments as given, else the levers the chosen preset turns on for this run (said in the decisions)."""
+    if cfg.experiments is not None:
+        return run
+    if names:
+        run.decisions.append(f"experiments {','.join(names)}: {strategy.name}'s defaults (`recipe strategies` says what "
+                             f"each does); --experiments none runs without them")
+    return run.model_copy(update={"config": run.config.model_copy(update={"experiments": names})})
+
+
 def _check(run: ResolvedRun, strategy, cfg: RunConfig, shape: memory.Shape, kernels: str) -> ResolvedRun:
     """The user's DeepSpeed file filled from the run, then the adapter's and the kernels' own checks."""
     if cfg.deepspeed_config:
@@ -247,16 +261,18 @@ def _row(r: selector.Row) -> dict[str, Any]:
             "fits": r.fits, "source": r.source, "parts": e.parts if e else None}
 
 
-def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload,
-                precision: str) -> dict[str, tuple[registry.Preset, Optional[memory.Estimate]]]:
-    """Every preset that can run here, with its estimate for this workload."""
+def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, precision: str,
+                chosen: Optional[str] = None) -> dict[str, tuple[registry.Preset, Optional[memory.Estimate]]]:
+    """Every preset that can run here, with its estimate for this workload (the chosen preset's experiments are the
+    run's; every other preset's its own defaults)."""
     out = {}
     for name, preset in registry.presets().items():
         caps = preset.capabilities
         if (caps.gpu if hw.accelerator == "gpu" else caps.cpu) and precision in caps.precisions \
                 and (hw.num_nodes == 1 or caps.multi_node):
             out[name] = (preset, preset.build().estimate(shape, dataclasses.replace(
-                work, compiled=_compiled(preset, work, hw.accelerator))))
+                work, compiled=_compiled(preset, work, hw.accelerator),
+                experiments=work.experiments if name == chosen else None)))
     return out
 
 

@@ -31,8 +31,9 @@ def main(args: argparse.Namespace) -> int:
                                                 ("params", "shards_parameters")] if c[key]) or "-"
             src = "" if r["source"] == "built-in" else f"  [{r['source']}]"
             print(f"  {r['name']:<18} {c['offload']:<10} {shards:<20} {r['description']}{src}")
-            for name, what in c["experiments"].items():  # opt-in levers, not yet defaults
-                print(f"    --experiments {name}: {what}")
+            for name, what in c["experiments"].items():  # its levers, those on by default said so
+                on = " (on by default; --experiments none: off)" if name in c["default_experiments"] else ""
+                print(f"    --experiments {name}: {what}{on}")
     if broken:
         print("broken plug-ins (not loaded; every other strategy works):")
         for b in broken:

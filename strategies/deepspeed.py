@@ -80,14 +80,16 @@ ZERO2_OFFLOAD_OVERHEAD = int(0.25 * 2**30)
 ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
-def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool) -> ModelStates:
+def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool, fused_step: bool = False) -> ModelStates:
     """ZeRO-3, the unit fetched whole being the larger of a decoder layer (shardlab's fetch unit, build_model) and
     the largest module (DeepSpeed's "largest layer").
     GPU through forward/backward: the fetched unit (4 bytes a parameter, DeepSpeed's convention) and the 16-bit
     parameter, 16-bit gradient, fp32 master and Adam partitions (16n / gpus: DeepSpeed's estimator counts 18,
     an fp32 gradient partition that exists only in the step). The step adds that and a 16-bit working copy
     (6n / gpus): llama-1b with checkpointing peaks at 22.97 GiB at micro-batch 4 and 8 alike (estimate 23.3),
-    the 3B shape at 66.3 (67.8).
+    the 3B shape at 66.3 (67.8). zero3's fused-step (its default) casts the fp32 gradient straight from the flat
+    16-bit buffer, so the step adds 4n / gpus: llama-1b with checkpointing 20.55 GiB (estimate 21.2), the 3B shape
+    59.91 (61.8) (results/2026-12-05-zero3-experiments-h200.md).
     Optimizer offload keeps the 16-bit parameter partition on the GPU (and DeepSpeed's buckets while layers'
     gradients arrive); parameter offload keeps up to stage3_max_live_parameters fetched back for compute, never
     more than optimizer offload alone holds; at world size 1 nothing is gathered beside them. Beside a recomputed
@@ -119,7 +121,7 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
         return ModelStates(gpu=(fetched if gpus > 1 else 0) + resident, cpu=cpu, fixed_overhead=REDUCE_BUCKET_BYTES,
                            gradient_buckets=ZERO3_OFFLOAD_FLUSH_BYTES + norm + held)
     forward = fetched + int(16 * n / gpus)
-    step_only = int(6 * n / gpus)
+    step_only = int((4 if fused_step else 6) * n / gpus)
     return ModelStates(gpu=forward + step_only, cpu=int(largest * 4 * w.gpus_per_node * 1.5), step_only=step_only)
 
 
@@ -240,7 +242,10 @@ class ZeRO(Strategy):
 
     def check(self, ctx: RunContext) -> None:
         super().check(ctx)
-        experiments.check(ctx.experiments)
+        experiments.check(ctx.experiments, ctx.precision)
+
+    def default_experiments(self, precision: str) -> tuple[str, ...]:
+        return experiments.defaults(self.capabilities.default_experiments, precision)
 
     def warnings(self, ctx: RunContext) -> list[str]:
         if ctx.offload_ratio == 1:
@@ -261,7 +266,9 @@ class ZeRO(Strategy):
     def model_state_bytes(self, shape, work):
         if self.stage == 2:
             return zero2_states(shape.params, work, offload=self.offload != "none")
-        return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all")
+        levers = work.experiments if work.experiments is not None else self.default_experiments(work.precision)
+        return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all",
+                            fused_step="fused-step" in levers)
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
         config = self.ds_config(ctx)
@@ -379,6 +386,7 @@ PRESETS = [
                                   portable_checkpoint=True, offload_ratio=name == "zero3_offload",
                                   float8=name in ("zero2", "zero2_offload", "zero3"),
                                   selector_role=role, experiments=experiments.ZERO3 if name == "zero3" else {},
+                                  default_experiments=experiments.ZERO3_DEFAULTS if name == "zero3" else (),
                                   **_ZERO_SHARDS[stage]),
     )
     for name, stage, offload, role, desc in [

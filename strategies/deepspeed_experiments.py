@@ -1,11 +1,17 @@
-"""zero3's experimental levers (`--experiments`, Capabilities.experiments): what each is, and the config it sets.
+"""zero3's levers (`--experiments`, Capabilities.experiments): what each is, the config it sets, and when it is on.
 
 From a reading of DeepSpeed 0.19.8's ZeRO-3 step for where a one-GPU step spends ~18 ms more than FSDP2's (llama-1b,
-61,241 against 65,579 tokens/s, results/2026-12-04b-peers-h200.md). Neither is measured on a GPU yet, so neither is a
-default. Both train the model zero3 trains: lean-config changes no arithmetic (CPU: losses identical at every step),
-fused-step the rounding of the clip norm (fp32, not fp64) and of the clip (a division in the AdamW kernel, not a
-multiplication by the reciprocal): CPU, tiny Llama 3 shape, 6 steps clipped every step, at most 1.7e-7 relative in fp32
-and 1.8e-5 in bf16-mixed (tests/strategies/test_zero3_experiments.py). The memory estimate counts zero3's default.
+61,241 against 65,579 tokens/s, results/2026-12-04b-peers-h200.md). Both train the model zero3 trains: lean-config
+changes no arithmetic (CPU: losses identical at every step), fused-step the rounding of the clip norm (fp32, not fp64)
+and of the clip (a division in the AdamW kernel, not a multiplication by the reciprocal): CPU, tiny Llama 3 shape, 6
+steps clipped every step, at most 1.7e-7 relative in fp32 and 1.8e-5 in bf16-mixed (tests/strategies/
+test_zero3_experiments.py). Measured on one H200 (results/2026-12-05-zero3-experiments-h200.md, one call, same order
+of magnitude of bf16 loss differences as zero3 against fsdp): llama-1b micro-batch 8, stock 57,841 tokens/s, fused-step
+57,381, lean-config 64,668, both 67,677 (0.989x fsdp's 68,438); the 3B shape micro-batch 4, stock 20,505, both 21,355
+(0.970x fsdp's 22,026; 1.000x in a second call); with checkpointing the peak (in the step) 2.4 GiB lower on llama-1b,
+6.4 on the 3B shape: no 16-bit concatenated gradient copy, no contiguous bucket (zero3_states counts it). So both are
+zero3's defaults; `--experiments none` runs DeepSpeed's stock ZeRO-3 (e.g. `recipe compare --strategies
+zero3:experiment=none,zero3`).
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ ZERO3 = {
     "fused-step": "the clip norm in one fp32 foreach kernel (not per tensor in fp64), the fp32 gradient cast from its "
                   "flat buffer (no concatenated copy) and the clip folded into a fused AdamW",
 }
+ZERO3_DEFAULTS = ("lean-config", "fused-step")
 
 FUSED_STEP_DEEPSPEED = "0.19.8"  # fused-step replaces private methods of this version's ZeRO-3 (deepspeed_zero3_step.py)
 
@@ -31,15 +38,29 @@ def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any])
         top["timers"] = {"throughput": {"enabled": False}}
 
 
-def check(names: tuple[str, ...]) -> None:
-    """fused-step only under the DeepSpeed whose private methods it replaces."""
-    if "fused-step" not in names:
-        return
+def _fused_step_refusal(precision: str) -> str:
+    """Why fused-step cannot run here ('' where it can)."""
     from importlib.metadata import version
 
+    if version("deepspeed") != FUSED_STEP_DEEPSPEED:
+        return (f"written against DeepSpeed {FUSED_STEP_DEEPSPEED}, and deepspeed {version('deepspeed')} is installed; "
+                f"pip install deepspeed=={FUSED_STEP_DEEPSPEED} or drop the experiment")
+    if precision == "16-mixed":  # its loss-scale arithmetic has never run: fp16 is GPU-only and not measured
+        return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
+    return ""
+
+
+def defaults(names: tuple[str, ...], precision: str) -> tuple[str, ...]:
+    """The default levers this run can take: fused-step only where `check` would accept it."""
+    return tuple(n for n in names if n != "fused-step" or not _fused_step_refusal(precision))
+
+
+def check(names: tuple[str, ...], precision: str) -> None:
+    """fused-step only under the DeepSpeed whose private methods it replaces, and not under fp16 loss scaling."""
+    if "fused-step" not in names:
+        return
     from shardlab.core.errors import UserError
 
-    if version("deepspeed") != FUSED_STEP_DEEPSPEED:
-        raise UserError(f"--experiments fused-step: written against DeepSpeed {FUSED_STEP_DEEPSPEED}, and deepspeed "
-                        f"{version('deepspeed')} is installed; pip install deepspeed=={FUSED_STEP_DEEPSPEED} or drop "
-                        f"the experiment")
+    why = _fused_step_refusal(precision)
+    if why:
+        raise UserError(f"--experiments fused-step: {why}")

@@ -1,4 +1,4 @@
-"""zero3's `fused-step` experiment (`--experiments fused-step`): three changes to DeepSpeed's ZeRO-3 optimizer step.
+"""zero3's `fused-step` lever (on by default, `--experiments none` without): three changes to DeepSpeed's ZeRO-3 step.
 
 A reading of DeepSpeed 0.19.8 for where a one-GPU ZeRO-3 step spends ~18 ms more than FSDP2's (llama-1b, 61,241 against
 65,579 tokens/s, results/2026-12-04b-peers-h200.md) found, among others, three passes over every gradient that FSDP2's
@@ -15,9 +15,10 @@ run has no model or expert parallelism and keeps its optimizer on the accelerato
    `grad_scale`, which its kernel divides by while it steps (GradScaler's own route); the adapter asks for the fused
    AdamW under this experiment, on CPU processes too, so that CI runs the same path.
 
-The methods are DeepSpeed's private ones, so the experiment is refused under any DeepSpeed but 0.19.8
-(deepspeed_experiments.py FUSED_STEP_DEEPSPEED, checked in ZeRO.check). Predicted on one H200, not measured yet:
-+2.4 .. 4.3% tokens/s (1: +1.5 .. 2.5%, 2: +0.4 .. 0.6%, 3: +0.5 .. 1.2%).
+The methods are DeepSpeed's private ones, so the lever is refused under any DeepSpeed but 0.19.8, and left out of
+zero3's defaults there (deepspeed_experiments.py FUSED_STEP_DEEPSPEED). Predicted on one H200: +2.4 .. 4.3% tokens/s.
+Measured (results/2026-12-05-zero3-experiments-h200.md): alone 57,381 against stock 57,841 tokens/s (-0.8%); with
+lean-config 67,677 against lean-config alone 64,668 (+4.7%): the timer's syncs hid what it saves.
 """
 from __future__ import annotations
 

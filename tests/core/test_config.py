@@ -30,7 +30,8 @@ def test_devices_zero_is_refused():
 
 def test_experiments_from_the_flag_and_from_yaml(tmp_path):
     """--experiments is comma-separated; YAML gives a list or the same string; blanks and repeats dropped, order kept."""
-    assert RunConfig().experiments == []
+    assert RunConfig().experiments is None  # the preset's defaults, filled when the run is resolved
+    assert load_config(None, {"experiments": "none"}).experiments == []
     assert load_config(None, {"experiments": " fused-step,,lean-config,fused-step "}).experiments == ["fused-step",
                                                                                                       "lean-config"]
     for text in ("experiments: [lean-config, fused-step]\n", "experiments: lean-config,fused-step\n"):

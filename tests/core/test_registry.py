@@ -43,8 +43,10 @@ def test_recipe_strategies_table(in_process):
     assert rc == 0 and "zero3_offload_all" in out
     zero3 = out.split("\n  zero3 ", 1)[1].splitlines()  # its row, then one line per experiment under it
     assert zero3[1].startswith("    --experiments lean-config: ") and zero3[2].startswith("    --experiments fused-step: ")
+    assert all(line.endswith(" (on by default; --experiments none: off)") for line in zero3[1:3])
     assert zero3[3].startswith("  zero3_offload ")  # the presets without experiments list none
     rc, out, _ = in_process("strategies", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step"}
     assert rows["fsdp"]["capabilities"]["experiments"] == {}
+    assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step"]

@@ -179,6 +179,7 @@ def test_an_entry_names_a_preset_and_its_variants():
     assert entry("zero3:experiment=fused-step") == {"strategy": "zero3", "experiments": ["fused-step"]}
     assert entry("zero3:experiment=fused-step:experiment=lean-config:experiment=fused-step") == {
         "strategy": "zero3", "experiments": ["fused-step", "lean-config"]}
+    assert entry("zero3:experiment=none") == {"strategy": "zero3", "experiments": []}
     for bad in ("fsdp:float8=1", "zero3_offload:offload-ratio=x", "zero3_offload:offload-ratio=0", "fsdp:fp8",
                 "zero3:experiment", "zero3:experiment="):
         with pytest.raises(UserError):
@@ -195,7 +196,11 @@ def test_an_experiment_entry_adds_to_the_flag_and_is_compared_not_suspected():
     base = RunConfig(strategy="zero3", experiments=["lean-config"])
     assert entry_config(base, "zero3").experiments == ["lean-config"]
     assert entry_config(base, "zero3:experiment=fused-step").experiments == ["lean-config", "fused-step"]
-    names = ["zero3", "zero3:experiment=fused-step"]
+    assert entry_config(RunConfig(strategy="zero3"), "zero3").experiments is None  # the preset's defaults
+    assert entry_config(RunConfig(strategy="zero3"), "zero3:experiment=none").experiments == []
+    names = ["zero3:experiment=none", "zero3:experiment=fused-step"]
     configs = {n: entry_config(RunConfig(strategy="zero3"), n).model_dump() for n in names}
     assert "experiments" in compared(names) and cmp.config_differences(configs, compared(names)) == []
-    assert cmp.config_differences(configs) == ["experiments differs: zero3 [], zero3:experiment=fused-step ['fused-step']"]
+    assert cmp.config_differences(configs) == [
+        "experiments differs: zero3:experiment=none [], zero3:experiment=fused-step ['fused-step']"]
+    assert "experiments" in compared(["zero3", "fsdp"])  # each preset's own defaults: by design

@@ -75,14 +75,14 @@ def test_float8_reaches_accelerate_and_is_named_where_deepspeed_has_no_key(in_pr
 
 @pytest.mark.parametrize("fmt", ["deepspeed", "accelerate"])
 def test_experiments_do_not_stop_an_export(in_process, tmp_path, fmt):
-    """--experiments of the preset: the file is written with what they set in the backend's config (lean-config's
-    DeepSpeed keys), and a note says that what shardlab's code does at run time (fused-step) is not in it."""
+    """The preset's experiments (zero3's defaults here): the file is written with what they set in the backend's
+    config (lean-config's DeepSpeed keys), and a note says that what shardlab's code does at run time (fused-step) is
+    not in it."""
     out = tmp_path / "cfg"
     rc, printed, err = in_process("export-config", "--format", fmt, "--strategy", "zero3", "--accelerator", "gpu",
-                                  "--devices", "1", "--micro-batch-size", "4", "--experiments", "lean-config,fused-step",
-                                  "--output", out)
+                                  "--devices", "1", "--micro-batch-size", "4", "--kernels", "torch", "--output", out)
     assert rc == 0 and out.is_file(), err
-    assert "recipe: note: --experiments lean-config,fused-step: the file holds what they set" in printed
+    assert "recipe: note: experiments lean-config,fused-step: the file holds what they set" in printed
     if fmt == "deepspeed":
         written = json.loads(out.read_text())
         assert written["timers"] == {"throughput": {"enabled": False}}

@@ -123,4 +123,31 @@ def test_plan_takes_the_presets_experiments_into_the_resolved_run(in_process, ca
     assert "zero3 on 2 x cpu, 32-true + experiments fused-step,lean-config, model tiny" in capsys.readouterr().out
     rc, out, err = in_process(*flags)
     assert rc == 0 and "choice: zero3 + experiments fused-step,lean-config" in out, err
-    assert ResolvedRun.model_validate(json.loads(in_process(*flags[:-2], "--json")[1])["resolved"]).context().experiments == ()
+    none = json.loads(in_process(*flags[:-1], "none", "--json")[1])["resolved"]
+    assert ResolvedRun.model_validate(none).context().experiments == ()
+
+
+def test_zero3_takes_its_default_experiments_where_they_can_run(in_process, monkeypatch):
+    """Without --experiments, zero3 resolves to its defaults (lean-config, fused-step) and says so; fused-step is
+    left out where it would be refused (16-mixed, another DeepSpeed); other presets get none."""
+    import importlib.metadata
+
+    from shardlab.core.resolved import ResolvedRun
+
+    def resolved(*flags):
+        rc, out, err = in_process("plan", "--accelerator", "cpu", *flags, "--json")
+        assert rc == 0, err
+        return ResolvedRun.model_validate(json.loads(out)["resolved"])
+
+    run = resolved("--strategy", "zero3")
+    assert run.config.experiments == ["lean-config", "fused-step"]
+    assert any(d.startswith("experiments lean-config,fused-step: zero3's defaults") for d in run.decisions)
+    assert resolved("--strategy", "zero2").config.experiments == []
+    gpu = ("--strategy", "zero3", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib", "80", "--kernels", "torch")
+    rc, out, err = in_process("plan", *gpu, "--precision", "16-mixed", "--json")
+    assert rc == 0 and json.loads(out)["resolved"]["config"]["experiments"] == ["lean-config"], err
+    rc, _, err = in_process("plan", *gpu, "--precision", "16-mixed", "--experiments", "fused-step")
+    assert rc == 2 and "--experiments fused-step: not yet run under fp16 loss scaling" in err
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1" if name == "deepspeed" else real(name))
+    assert resolved("--strategy", "zero3").config.experiments == ["lean-config"]

@@ -1,10 +1,11 @@
-"""zero3's experiments (strategies/deepspeed_experiments.py): each trains the model zero3 trains.
+"""zero3's experiments (strategies/deepspeed_experiments.py), both on by default: each trains the model stock ZeRO-3 trains.
 
-One `recipe compare` of zero3 against zero3:experiment=fused-step and zero3:experiment=lean-config on 2 CPU ranks, on
-the Llama 3 shape (tied embeddings, 128k vocabulary) in bf16-mixed with clipping on every step, so that every replaced
-part of the step runs: SHARDLAB_TRACE counts, per rank and step, the fp32 norm, the gradient taken from its span and the
-clip handed to the fused AdamW (strategies/deepspeed_zero3_step.py); then one resume of the fused-step run from its own
-checkpoint. The ds_config of lean-config and fused-step's version check are checked in-process.
+One `recipe compare` of DeepSpeed's stock ZeRO-3 (zero3:experiment=none) against zero3 (its defaults, lean-config and
+fused-step) and zero3:experiment=lean-config on 2 CPU ranks, on the Llama 3 shape (tied embeddings, 128k vocabulary) in
+bf16-mixed with clipping on every step, so that every replaced part of the step runs: SHARDLAB_TRACE counts, per rank
+and step, the fp32 norm, the gradient taken from its span and the clip handed to the fused AdamW
+(strategies/deepspeed_zero3_step.py); then one resume of the default run from its own checkpoint. The ds_config of
+lean-config and fused-step's refusals are checked in-process.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 STEPS = 6
 FLAGS = ("--model", "tiny-llama3", "--max-steps", str(STEPS), "--micro-batch-size", "2", "--seq-len", "64",
          "--precision", "bf16-mixed", "--grad-clip", "0.05", "--no-export", "--checkpoint-every", "3")
-NAMES = ("zero3", "zero3:experiment=fused-step", "zero3:experiment=lean-config")
+NAMES = ("zero3:experiment=none", "zero3", "zero3:experiment=lean-config")
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +44,11 @@ def test_zero3_experiments_train_the_model_zero3_trains(compared):
 
     m, runs = compared["metrics"], compared["runs"]
     assert m["parity"] and m["verdict"].startswith("PARITY"), m["verdict"]
-    stock = runs["zero3"]["losses"]
-    assert stock[-1] < stock[0]
+    stock = runs["zero3:experiment=none"]["losses"]
+    assert stock[-1] < stock[0] and runs["zero3:experiment=none"]["config"]["experiments"] == []
+    assert runs["zero3"]["config"]["experiments"] == ["lean-config", "fused-step"]
+    assert runs["zero3:experiment=lean-config"]["config"]["experiments"] == ["lean-config"]
     for name in NAMES[1:]:
-        assert runs[name]["config"]["experiments"] == [name.split("=")[1]]
         assert rel_diff(runs[name]["losses"], stock) < 2e-3, (name, runs[name]["losses"], stock)
     # lean-config changes no arithmetic
     assert runs["zero3:experiment=lean-config"]["losses"] == stock
@@ -55,17 +57,17 @@ def test_zero3_experiments_train_the_model_zero3_trains(compared):
 def test_fused_step_replaced_every_part_on_every_rank_and_step(compared):
     events = compared["events"]
     for event in ("zero3-norm-fp32", "zero3-grad-span", "zero3-clip-in-adamw"):
-        assert events[event] == 2 * STEPS, events  # the fused-step run only: 2 ranks x 6 steps
+        assert events[event] == 2 * STEPS, events  # the default run only: 2 ranks x 6 steps
 
 
-def test_a_fused_step_checkpoint_resumes_to_the_same_losses(compared, recipe, tmp_path):
+def test_a_default_zero3_checkpoint_resumes_to_the_same_losses(compared, recipe, tmp_path):
     """fused-step steps with a fused AdamW, whose Adam step counter is a tensor: its checkpoint resumes."""
-    checkpoint = compared["out"] / "runs" / "zero3-experiment=fused-step" / "checkpoints" / "step-000003"
-    proc = recipe("run", "--strategy", "zero3", "--experiments", "fused-step", "--accelerator", "cpu", "--devices", "2",
+    checkpoint = compared["out"] / "runs" / "zero3" / "checkpoints" / "step-000003"
+    proc = recipe("run", "--strategy", "zero3", "--accelerator", "cpu", "--devices", "2",
                   *FLAGS, "--resume", checkpoint, "--output", tmp_path / "resumed")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     again = json.loads((tmp_path / "resumed" / "summary.json").read_text())["losses"]
-    assert again[-3:] == compared["runs"]["zero3:experiment=fused-step"]["losses"][-3:]
+    assert again[-3:] == compared["runs"]["zero3"]["losses"][-3:]
 
 
 def test_lean_config_turns_off_the_timer_the_buckets_and_the_linear_wrapper():
@@ -82,16 +84,22 @@ def test_lean_config_turns_off_the_timer_the_buckets_and_the_linear_wrapper():
     assert "timers" not in stock and stock["zero_optimization"]["contiguous_gradients"] is True
 
 
-def test_fused_step_is_refused_under_another_deepspeed(monkeypatch):
-    """It replaces private methods of DeepSpeed 0.19.8's ZeRO-3: under any other version, one line before any process."""
+def test_fused_step_is_refused_under_another_deepspeed_and_16_mixed(monkeypatch):
+    """It replaces private methods of DeepSpeed 0.19.8's ZeRO-3: under any other version, one line before any process;
+    under fp16 loss scaling it has never run. zero3's defaults leave it out there instead."""
     import importlib.metadata
 
     from shardlab.core.errors import UserError
-    from shardlab.strategies import deepspeed_experiments
+    from shardlab.strategies import deepspeed_experiments as ex
 
-    deepspeed_experiments.check(("fused-step",))  # the installed (pinned) version
+    ex.check(("fused-step",), "bf16-mixed")  # the installed (pinned) version
+    assert ex.defaults(ex.ZERO3_DEFAULTS, "bf16-mixed") == ("lean-config", "fused-step")
+    with pytest.raises(UserError, match=r"^--experiments fused-step: not yet run under fp16 loss scaling"):
+        ex.check(("fused-step",), "16-mixed")
+    assert ex.defaults(ex.ZERO3_DEFAULTS, "16-mixed") == ("lean-config",)
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
     with pytest.raises(UserError, match=r"--experiments fused-step: written against DeepSpeed 0\.19\.8, and deepspeed "
                                         r"0\.20\.1 is installed"):
-        deepspeed_experiments.check(("lean-config", "fused-step"))
-    deepspeed_experiments.check(("lean-config",))  # settings only: any version
+        ex.check(("lean-config", "fused-step"), "bf16-mixed")
+    ex.check(("lean-config",), "bf16-mixed")  # settings only: any version
+    assert ex.defaults(ex.ZERO3_DEFAULTS, "bf16-mixed") == ("lean-config",)

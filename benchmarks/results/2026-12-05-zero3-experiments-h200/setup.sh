@@ -1,0 +1,12 @@
+# Sourced at the start of every call: wheels into /tmp/site (once per machine), shardlab importable from .gpu/src.
+T0=${T0:-$(date +%s)}; el() { echo $(( $(date +%s) - T0 )); }
+if [ ! -f /tmp/site.ready ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl 2>&1 | grep -v WARN | tail -2
+  PYTHONPATH=/tmp/site python3 -c "import datasets, pyarrow.parquet, dill, xxhash, multiprocess" 2>/dev/null || { echo "image datasets/pyarrow unusable: carried ones"; tar xJf .carry/extra.tar.xz -C /tmp/site; }
+  touch /tmp/site.ready
+fi
+mkdir -p /tmp/sl; ln -sfn $PWD/.gpu/src /tmp/sl/shardlab
+export PYTHONUNBUFFERED=1 SHARDLAB_CACHE=/tmp/cache PYTHONPATH=/tmp/site:/tmp/sl:$PWD/.gpu/src
+python3 -c "import datasets, deepspeed, liger_kernel, pydantic, torchao, shardlab.recipes.run, torch; print('imports ok', datasets.__version__, torchao.__version__, torch.__version__)" 2>&1 | grep -v Warn | tail -1
+mkdir -p /tmp/logs
+echo "setup at $(el)s"
