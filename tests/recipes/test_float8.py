@@ -25,7 +25,7 @@ CONVERTED = 10
 def float8_compare(recipe, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("float8-compare")
     proc = recipe("compare", "--strategies", "fsdp," + ",".join(f"{n}:float8" for n in CLEARED), "--accelerator", "cpu",
-                  "--devices", "2", *FLAGS, "--output", out)
+                  "--devices", "2", *FLAGS, "--output", out, timeout=1200)  # 7 runs of ~90 s on CI's 2 cores
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     names = ("fsdp", *(f"{n}-float8" for n in CLEARED))
     runs = {n: json.loads((out / "runs" / n / "summary.json").read_text()) for n in names}
