@@ -20,8 +20,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
         if name in exclude:
             continue
         flag = "--" + name.replace("_", "-")
-        default = "none" if field.default == [] else field.default
-        help_ = argparse.SUPPRESS if name in hidden else f"{field.description} (default: {default})"
+        help_ = argparse.SUPPRESS if name in hidden else f"{field.description} (default: {field.default})"
         metavar = _metavar(field.annotation)
         if name == "resume":  # `--resume` alone continues from the latest checkpoint
             parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, nargs="?", const="latest", help=help_)
@@ -34,9 +33,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
 def _metavar(annotation: Any) -> Optional[str]:
     """A field's values for --help: `{optimizer,all}` for a Literal (None allowed or not), `N|auto` for an int or a
     Literal, `NAME[,NAME...]` for a list (given comma-separated); None (argparse's NAME) otherwise."""
-    if get_origin(annotation) is list:
-        return "NAME[,NAME...]"
     args = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) is Union else [annotation]
+    if any(get_origin(a) is list for a in args):
+        return "NAME[,NAME...]"
     words = [str(v) for a in args if get_origin(a) is Literal for v in get_args(a)]
     if not words:
         return None
