@@ -89,6 +89,7 @@ def main() -> None:
     ap.add_argument("--activation-checkpointing", action="store_true")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--profile", help="write a profile of optimizer steps 6..8 here (recipes/profile.py's summary)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -116,12 +117,26 @@ def main() -> None:
             if logs and "loss" in logs:
                 self.losses.append(float(logs["loss"]))
 
+    class Profile(TrainerCallback):
+        def __init__(self, path: str) -> None:
+            from shardlab.recipes.profile import StepWindow
+
+            self.window = StepWindow(path)
+
+        def on_step_begin(self, args, state, control, **kw):
+            if int(os.environ.get("RANK", 0)) == 0:
+                self.window.step_begin(state.global_step)
+
+        def on_step_end(self, args, state, control, **kw):
+            if int(os.environ.get("RANK", 0)) == 0:
+                self.window.step_end(state.global_step)
+
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
     clock = Clock()
     args = trainer_arguments(a, f"/tmp/hf-peer-{os.getpid()}")
     data = RandomTokens(a.micro_batch_size * a.grad_accum * (a.warmup + a.steps), a.seq_len, cfg.vocab_size)
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock])
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock] + ([Profile(a.profile)] if a.profile else []))
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()

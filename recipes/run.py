@@ -201,6 +201,10 @@ def train(p: Prepared) -> dict[str, Any] | None:
         from shardlab.recipes.metrics import MemorySnapshot
 
         callbacks.append(MemorySnapshot(os.environ["SHARDLAB_MEMORY_SNAPSHOT"]))
+    if os.environ.get("SHARDLAB_PROFILE"):  # a diagnostic: where steps 6..8 spend their time (recipes/profile.py)
+        from shardlab.recipes.profile import StepProfile
+
+        callbacks.append(StepProfile(os.environ["SHARDLAB_PROFILE"]))
     lightning_strategy = strategy.lightning_strategy(ctx)
     ckpt_path = str(p.resume / "state") if p.resume else None
     if p.resume:

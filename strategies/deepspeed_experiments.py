@@ -24,8 +24,16 @@ ZERO3 = {
                   "flat buffer (no concatenated copy) and the clip folded into a fused AdamW",
 }
 ZERO3_DEFAULTS = ("lean-config", "fused-step")
+ZERO3_OFFLOAD = {
+    "gpu-cast": "the CPU-stepped fp32 weights copied to the GPU from pinned memory without waiting and cast there "
+                "(not cast by the CPU into pageable memory and copied while the host waits), in sub-groups of 1e8 "
+                "parameters so that one sub-group's copy runs while the CPU steps the next",
+}
+ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ()
+GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
+PRIVATE = ("fused-step", "gpu-cast")  # levers that replace DeepSpeed's private methods: its version pinned
 
-FUSED_STEP_DEEPSPEED = "0.19.8"  # fused-step replaces private methods of this version's ZeRO-3 (deepspeed_zero3_step.py)
+PRIVATE_DEEPSPEED = "0.19.8"  # fused-step and gpu-cast replace private methods of this version's ZeRO-3
 
 
 def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any]) -> None:
@@ -36,31 +44,34 @@ def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any])
         # autograd.Function in every process (the same GEMMs and saved tensors)
         zero.update(contiguous_gradients=False, memory_efficient_linear=False)
         top["timers"] = {"throughput": {"enabled": False}}
+    # gpu-cast: smaller sub-groups to overlap, unless --offload-ratio chose its own (the ratio needs whole sub-groups)
+    if "gpu-cast" in names and "offload_optimizer" in zero and "ratio" not in zero["offload_optimizer"]:
+        zero["sub_group_size"] = GPU_CAST_SUB_GROUP_SIZE
 
 
-def _fused_step_refusal(precision: str) -> str:
-    """Why fused-step cannot run here ('' where it can)."""
+def _refusal(name: str, precision: str) -> str:
+    """Why lever `name` cannot run here ('' where it can)."""
     from importlib.metadata import version
 
-    if version("deepspeed") != FUSED_STEP_DEEPSPEED:
-        return (f"written against DeepSpeed {FUSED_STEP_DEEPSPEED}, and deepspeed {version('deepspeed')} is installed; "
-                f"pip install deepspeed=={FUSED_STEP_DEEPSPEED} or drop the experiment")
-    if precision == "16-mixed":  # its loss-scale arithmetic has never run: fp16 is GPU-only and not measured
+    if version("deepspeed") != PRIVATE_DEEPSPEED:
+        return (f"written against DeepSpeed {PRIVATE_DEEPSPEED}, and deepspeed {version('deepspeed')} is installed; "
+                f"pip install deepspeed=={PRIVATE_DEEPSPEED} or drop the experiment")
+    if name == "fused-step" and precision == "16-mixed":  # its loss-scale arithmetic never ran: fp16 is GPU-only, unmeasured
         return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
     return ""
 
 
 def defaults(names: tuple[str, ...], precision: str) -> tuple[str, ...]:
-    """The default levers this run can take: fused-step only where `check` would accept it."""
-    return tuple(n for n in names if n != "fused-step" or not _fused_step_refusal(precision))
+    """The default levers this run can take: those `check` would accept."""
+    return tuple(n for n in names if n not in PRIVATE or not _refusal(n, precision))
 
 
 def check(names: tuple[str, ...], precision: str) -> None:
-    """fused-step only under the DeepSpeed whose private methods it replaces, and not under fp16 loss scaling."""
-    if "fused-step" not in names:
-        return
+    """fused-step and gpu-cast only under the DeepSpeed whose private methods they replace; fused-step not under fp16
+    loss scaling."""
     from shardlab.core.errors import UserError
 
-    why = _fused_step_refusal(precision)
-    if why:
-        raise UserError(f"--experiments fused-step: {why}")
+    for name in names:
+        why = _refusal(name, precision) if name in PRIVATE else ""
+        if why:
+            raise UserError(f"--experiments {name}: {why}")

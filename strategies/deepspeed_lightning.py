@@ -19,12 +19,13 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
     `setup_distributed`, and passes `device_rank=root_device.index` (None on CPU) to DeepSpeed,
     which then fails comparing None with an int. setup_environment, setup_distributed and
     _setup_model_and_optimizer fix that; `backward` fixes a numerics bug on every device (see there).
-    fused_step: zero3's `fused-step` experiment replaces three parts of the ZeRO-3 step (deepspeed_zero3_step.py).
+    experiments: the run's levers; zero3's `fused-step` replaces three parts of the ZeRO-3 step
+    (deepspeed_zero3_step.py), zero3_offload's `gpu-cast` the copy of CPU-stepped weights (deepspeed_offload_cast.py).
     """
 
-    def __init__(self, *args, fused_step: bool = False, **kwargs) -> None:
+    def __init__(self, *args, experiments: tuple[str, ...] = (), **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fused_step = fused_step
+        self.experiments = experiments
 
     def backward(self, closure_loss, optimizer, *args, **kwargs):  # type: ignore[override]
         # Lightning already divides the loss by accumulate_grad_batches; DeepSpeed's engine.backward
@@ -72,10 +73,14 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             dist_init_required=False,
         )
         share_backup_optimizer(ds_optimizer)
-        if self.fused_step:
+        if "fused-step" in self.experiments:
             from shardlab.strategies import deepspeed_zero3_step
 
             deepspeed_zero3_step.install(ds_optimizer)
+        if "gpu-cast" in self.experiments:
+            from shardlab.strategies import deepspeed_offload_cast
+
+            deepspeed_offload_cast.install(ds_optimizer)
         return engine, ds_optimizer
 
 

@@ -16,7 +16,7 @@ run has no model or expert parallelism and keeps its optimizer on the accelerato
    AdamW under this experiment, on CPU processes too, so that CI runs the same path.
 
 The methods are DeepSpeed's private ones, so the lever is refused under any DeepSpeed but 0.19.8, and left out of
-zero3's defaults there (deepspeed_experiments.py FUSED_STEP_DEEPSPEED). Predicted on one H200: +2.4 .. 4.3% tokens/s.
+zero3's defaults there (deepspeed_experiments.py PRIVATE_DEEPSPEED). Predicted on one H200: +2.4 .. 4.3% tokens/s.
 Measured (results/2026-12-05-zero3-experiments-h200.md): alone 57,381 against stock 57,841 tokens/s (-0.8%); with
 lean-config 67,677 against lean-config alone 64,668 (+4.7%): the timer's syncs hid what it saves.
 """

@@ -178,7 +178,8 @@ def test_the_current_gpu_defaults_were_measured():
 
 def test_offload_ratio_moves_the_optimizer_share_to_the_gpu():
     """zero3_offload --offload-ratio R: as R falls the GPU holds more (16 bytes a parameter of its share: fp32 master,
-    Adam moments, fp32 gradients) and the CPU less; R = 1 is today's estimate, to the byte. Not measured on a GPU yet."""
+    Adam moments, fp32 gradients) and the CPU less; R = 1 is today's estimate, to the byte. R = 0.5 and 0.25 are measured
+    points (llama-1b, one H200) checked with the others above."""
     preset = registry.get("zero3_offload").build()
     for model in ("llama-1b", "llama-2-7b"):
         s = memory.shape_of(model_config(model))

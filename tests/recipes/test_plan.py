@@ -151,3 +151,28 @@ def test_zero3_takes_its_default_experiments_where_they_can_run(in_process, monk
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1" if name == "deepspeed" else real(name))
     assert resolved("--strategy", "zero3").config.experiments == ["lean-config"]
+
+
+@pytest.mark.parametrize("gib,flags,hint", [
+    (140, (), "--offload-ratio 0.25 would also fit"),  # room for three quarters of the optimizer on the GPU
+    (30, (), "--offload-ratio 0.75 would also fit"),
+    (24, (), None),  # no smaller CPU share fits
+    (140, ("--offload-ratio", "0.5"), None),  # the user chose
+])
+def test_plan_says_when_a_smaller_cpu_share_of_the_optimizer_fits(in_process, gib, flags, hint):
+    """zero3_offload on a GPU without --offload-ratio: the smallest of 0.25 / 0.5 / 0.75 whose estimate fits is named,
+    with what it measured; the run itself keeps the whole optimizer on the CPU (in-process, nothing runs)."""
+    from shardlab.core.resolved import ResolvedRun
+
+    rc, out, err = in_process("plan", "--strategy", "zero3_offload", "--model", "llama-1b", "--accelerator", "gpu",
+                              "--gpus", "1", "--gpu-memory-gib", str(gib), "--cpu-memory-gib", "125", "--kernels", "torch",
+                              "--micro-batch-size", "4", *flags, "--json")
+    assert rc == 0, err
+    run = ResolvedRun.model_validate(json.loads(out)["resolved"])
+    hints = [d for d in run.decisions if "would also fit" in d]
+    assert run.config.offload_ratio == (0.5 if flags else None)
+    if hint is None:
+        assert hints == []
+    else:
+        assert len(hints) == 1 and hints[0].startswith(hint), hints
+        assert "the run keeps all of it on the CPU as asked" in hints[0]

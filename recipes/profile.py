@@ -1,0 +1,106 @@
+"""Where a training step's time goes: torch.profiler over a few optimizer steps after the warm-up, summarised as
+GPU busy time against wall time and kernel time by kind (matmul, attention, Triton/Liger, elementwise, optimizer,
+copies, communication). A diagnostic, off by default: `SHARDLAB_PROFILE=PATH recipe run ...` writes PATH on
+global rank 0 of a GPU run; benchmarks/hf_peer.py --profile PATH writes the same summary for the Trainer."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+
+# first match wins; names are CUDA kernel names (cuBLAS / CUTLASS / Triton / ATen)
+KINDS = (
+    ("communication", r"nccl|all_gather|reduce_scatter|allreduce"),
+    ("attention", r"flash|fmha|attention|sdpa|cudnn.*(sdp|mha)"),
+    ("optimizer", r"multi_tensor|adam|foreach|fused_adamw"),
+    ("matmul", r"gemm|cutlass|xmma|nvjet|cublas|sm\d+_.*_tn|matmul"),
+    ("triton (Liger, compile)", r"triton|liger|^_\w+$|^element_mul_kernel|poi_fused|red_fused|per_fused"),
+    ("copies", r"memcpy|memset|copy_|CatArrayBatched|chunk_cat|split_with_sizes"),
+    ("reduction", r"reduce_kernel|Reduce|norm_kernel|softmax|cross_entropy|nll"),
+    ("elementwise", r"elementwise|vectorized|unrolled|Elementwise"),
+)
+
+
+def kind(name: str) -> str:
+    for label, pattern in KINDS:
+        if re.search(pattern, name, re.IGNORECASE):
+            return label
+    return "other"
+
+
+def _device_us(e) -> float:
+    return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0)
+
+
+def summarize(prof, steps: int, wall_s: float, top: int = 40) -> str:
+    """The profile of `steps` optimizer steps that took `wall_s` seconds: busy share, kinds, top kernels."""
+    from torch.autograd import DeviceType
+
+    # GPU ranges of annotations (Optimizer.step#AdamW.step, FSDP::pre_forward) span kernels counted on their own
+    kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and _device_us(e) > 0
+               and not getattr(e, "is_user_annotation", False) and "#" not in e.key and not e.key.startswith("FSDP::")]
+    busy = sum(_device_us(e) for e in kernels) / 1e6
+    lines = [f"steps profiled: {steps}; wall {wall_s / steps * 1e3:.1f} ms a step; GPU kernels {busy / steps * 1e3:.1f} ms "
+             f"a step ({100 * busy / wall_s if wall_s else 0:.1f}% of wall; more than 100% where streams overlap)", ""]
+    by_kind: dict[str, list[float]] = {}
+    for e in kernels:
+        entry = by_kind.setdefault(kind(e.key), [0.0, 0])
+        entry[0] += _device_us(e)
+        entry[1] += e.count
+    lines.append(f"{'kind':<26}{'ms/step':>10}{'share':>8}{'launches/step':>15}")
+    for label, (us, n) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+        lines.append(f"{label:<26}{us / steps / 1e3:>10.2f}{100 * us / 1e6 / busy if busy else 0:>7.1f}%{n / steps:>15.0f}")
+    lines += ["", f"top {top} kernels by device time", f"{'ms/step':>9}{'calls/step':>11}  kind / name"]
+    for e in sorted(kernels, key=_device_us, reverse=True)[:top]:
+        lines.append(f"{_device_us(e) / steps / 1e3:>9.2f}{e.count / steps:>11.0f}  {kind(e.key)} / {e.key[:150]}")
+    cpu = sorted((e for e in prof.key_averages() if e.device_type == DeviceType.CPU), key=lambda e: -e.self_cpu_time_total)
+    lines += ["", "top 25 host ops by self CPU time", f"{'ms/step':>9}{'calls/step':>11}  name"]
+    lines += [f"{e.self_cpu_time_total / steps / 1e3:>9.2f}{e.count / steps:>11.0f}  {e.key[:150]}" for e in cpu[:25]]
+    return "\n".join(lines) + "\n"
+
+
+class StepWindow:
+    """torch.profiler around optimizer steps [start, start + steps); `step_begin(n)` / `step_end(n)` with the number of
+    optimizer steps done so far, from whatever loop runs them (Lightning here, the HF Trainer in benchmarks)."""
+
+    def __init__(self, path: str, start: int = 6, steps: int = 3) -> None:
+        self.path, self.start, self.steps = Path(path), start, steps
+        self.prof, self.t0, self.done = None, 0.0, False
+
+    def step_begin(self, done_steps: int) -> None:
+        if self.prof is None and not self.done and done_steps >= self.start:
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            self.prof = profile(activities=activities)
+            self.prof.__enter__()
+            self.t0 = time.perf_counter()
+
+    def step_end(self, done_steps: int) -> None:
+        if self.prof is not None and done_steps >= self.start + self.steps:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - self.t0
+            self.prof.__exit__(None, None, None)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(summarize(self.prof, done_steps - self.start, wall))
+            tmp.replace(self.path)
+            self.prof, self.done = None, True
+
+
+class StepProfile(pl.Callback):
+    """Global rank 0: profiles optimizer steps 6..8 (after the warm-up) into a summary at `path`."""
+
+    def __init__(self, path: str) -> None:
+        self.window = StepWindow(path)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_rank == 0:
+            self.window.step_begin(trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_rank == 0:
+            self.window.step_end(trainer.global_step)

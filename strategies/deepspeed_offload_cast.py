@@ -1,0 +1,65 @@
+"""zero3_offload's `gpu-cast` lever: the CPU-stepped weights reach the GPU without a pageable copy.
+
+After DeepSpeedCPUAdam steps a sub-group on the CPU, DeepSpeed 0.19.8 copies its fp32 weights into the GPU's 16-bit
+partition with one blocking `copy_` (stage3.py `_reassign_or_swap_out_partitioned_parameters`). torch converts the dtype
+of a blocking CPU-to-GPU copy on the CPU, into a temporary in pageable memory, then copies from pageable memory while
+the host waits: on one H200 (llama-1b, micro-batch 8) 305 ms of a 1,403 ms step went to "Memcpy HtoD (Pageable ->
+Device)" (results/2026-12-05b-offload-h200.md, SHARDLAB_PROFILE). Here the fp32 weights are copied from their pinned
+buffer in chunks without waiting, and cast on the GPU (torch converts on the GPU for a non-blocking copy), so one
+sub-group's copy runs while the CPU steps the next; the step returns once its last copy is done, as DeepSpeed's does.
+fp32 to bf16 rounds to nearest even on either device: the same weights, bit for bit. Not yet run on a GPU: the run
+warns so, with the compare that checks it (ZeRO.warnings).
+
+The method replaced is DeepSpeed's private one, so the lever is refused under any DeepSpeed but 0.19.8
+(deepspeed_experiments.py). On CPU processes both ends are in CPU memory: the same chunked copies, run in order, so CI
+runs this code and checks its losses against DeepSpeed's own.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from shardlab.core import trace
+
+CHUNK = 1 << 26  # elements a copy: the fp32 staging on the GPU is 256 MiB at most
+
+
+def install(zero) -> None:
+    """Replace the 16-bit partition update and wrap the step on this DeepSpeedZeroOptimizer_Stage3 instance."""
+    zero._shardlab_copies = None  # inside a step: the event after its latest copy
+    zero._reassign_or_swap_out_partitioned_parameters = types.MethodType(_copy_then_cast, zero)
+    zero.step = types.MethodType(_step_then_wait, zero)
+
+
+def _copy_then_cast(self, sub_group_id):
+    """The sub-group's 16-bit partition from its fp32 weights: pinned CPU memory to the GPU in chunks, cast there.
+    Only inside the step (which waits for the copies before it returns); DeepSpeed's copy anywhere else (loading)."""
+    dst = self.fp16_partitioned_groups_flat[sub_group_id]
+    src = self.fp32_partitioned_groups_flat[sub_group_id]
+    if self._shardlab_copies is None or dst is None or src.device.type != "cpu" or dst.numel() != src.numel() \
+            or dst.data_ptr() == src.data_ptr():
+        return type(self)._reassign_or_swap_out_partitioned_parameters(self, sub_group_id)
+    to_gpu = dst.device.type != "cpu"
+    flat_dst, flat_src = dst.data.view(-1), src.data.view(-1)
+    for start in range(0, flat_src.numel(), CHUNK):
+        end = min(start + CHUNK, flat_src.numel())
+        flat_dst[start:end].copy_(flat_src[start:end], non_blocking=to_gpu and src.is_pinned())
+    if to_gpu:
+        self._shardlab_copies = torch.cuda.Event()
+        self._shardlab_copies.record()
+    self._unflatten_partitioned_parameters(sub_group_id)
+    if trace.enabled():
+        trace.note("zero3-offload-gpu-cast")
+
+
+def _step_then_wait(self, closure=None):
+    """DeepSpeed's step; before it returns, its copies are done (as DeepSpeed's blocking copies are): ZeRO-3 gathers
+    parameters on streams of its own, and the next step's CPU Adam writes the buffers the copies read."""
+    self._shardlab_copies = False  # in the step, no copy yet
+    try:
+        return type(self).step(self, closure)
+    finally:
+        if self._shardlab_copies:
+            self._shardlab_copies.synchronize()
+        self._shardlab_copies = None
