@@ -7,7 +7,8 @@ the host waits: on one H200 (llama-1b, micro-batch 8) 305 ms of a 1,403 ms step 
 Device)" (results/2026-12-05b-offload-h200.md, SHARDLAB_PROFILE). Here the fp32 weights are copied from their pinned
 buffer in chunks without waiting, and cast on the GPU (torch converts on the GPU for a non-blocking copy), so one
 sub-group's copy runs while the CPU steps the next; the step returns once its last copy is done, as DeepSpeed's does.
-fp32 to bf16 rounds to nearest even on either device: the same weights, bit for bit. Not yet run on a GPU: the run
+fp32 to bf16 rounds to nearest even on either device: the same weights, bit for bit. GPU memory: one fp32 staging
+chunk at a time (CHUNK), in the step, after backward has freed the activations; the estimate does not count it. Not yet run on a GPU: the run
 warns so, with the compare that checks it (ZeRO.warnings).
 
 The method replaced is DeepSpeed's private one, so the lever is refused under any DeepSpeed but 0.19.8
