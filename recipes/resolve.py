@@ -151,11 +151,6 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
                                                    "parts": estimate.parts}})
 
 
-# --offload-ratio on one H200 (llama-1b, micro-batch 8; benchmarks/results/2026-12-05b-offload-h200.md): tokens/s
-# against ratio 1's 12,265 (the Hugging Face Trainer's offload: 11,128)
-RATIO_MEASURED = {0.25: 25_745, 0.5: 19_566}
-
-
 def _ratio_hint(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Workload, budget: selector.Budget,
                 decisions: list[str]) -> None:
     """A GPU run that offloads the whole optimizer (no --offload-ratio) where a smaller CPU share also fits: says which,
@@ -166,7 +161,8 @@ def _ratio_hint(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Work
     for ratio in (0.25, 0.5, 0.75):
         estimate = strategy.estimate(shape, dataclasses.replace(work, offload_ratio=ratio))
         if estimate is not None and selector.fits(estimate, budget):
-            measured = ", ".join(f"R = {r:g} {t / 12_265:.2f}x" for r, t in sorted(RATIO_MEASURED.items(), reverse=True))
+            speeds = selector.RATIO_MEASURED
+            measured = ", ".join(f"R = {r:g} {t / speeds[1.0]:.2f}x" for r, t in sorted(speeds.items(), reverse=True) if r < 1)
             decisions.append(f"--offload-ratio {ratio:g} would also fit ({human_bytes(estimate.gpu_bytes)} per GPU) and "
                              f"step {1 - ratio:.0%} of the optimizer on the GPU (one H200, llama-1b: {measured} R = 1's "
                              f"tokens/s); the run keeps all of it on the CPU as asked")

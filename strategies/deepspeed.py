@@ -249,20 +249,12 @@ class ZeRO(Strategy):
         return experiments.defaults(self.capabilities.default_experiments, precision)
 
     def warnings(self, ctx: RunContext) -> list[str]:
-        notes = []
-        if "gpu-cast" in ctx.experiments and ctx.accelerator == "gpu":
-            notes.append(f"--experiments gpu-cast: its GPU path (non-blocking copies from pinned memory, the cast on the GPU) "
-                         f"has not yet run on a GPU; check it before a long run: `recipe compare --strategies "
-                         f"{self.name},{self.name}:experiment=gpu-cast`")
-        return notes + self._ratio_warnings(ctx)
-
-    def _ratio_warnings(self, ctx: RunContext) -> list[str]:
         # On a GPU the ratio is measured (one H200, llama-1b: losses within bf16 noise of ratio 1, the peak within 0.1%
         # of the estimate; results/2026-12-05b-offload-h200.md); on CPU processes it does nothing
-        if ctx.offload_ratio == 1 or ctx.accelerator != "cpu":
-            return []
-        return [f"--offload-ratio {ctx.offload_ratio:g}: on CPU processes DeepSpeed keeps every part of the optimizer on "
-                f"the CPU: the same run as ratio 1"]
+        ratio = [] if ctx.offload_ratio == 1 or ctx.accelerator != "cpu" else [
+            f"--offload-ratio {ctx.offload_ratio:g}: on CPU processes DeepSpeed keeps every part of the optimizer on the "
+            f"CPU: the same run as ratio 1"]
+        return experiments.warnings(self.name, ctx.experiments, ctx.accelerator) + ratio
 
     def fused_adamw(self, ctx: RunContext) -> bool:
         # fused-step hands the clip to the fused kernel (CPU processes too, so CI runs that path); DeepSpeed scales
@@ -374,10 +366,6 @@ def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
 _ZERO_SHARDS = {2: dict(shards_optimizer=True, shards_gradients=True),
                 3: dict(shards_optimizer=True, shards_gradients=True, shards_parameters=True)}
 
-# --experiments each preset offers, and those it runs by default (deepspeed_experiments.py)
-_EXPERIMENTS = {"zero3": (experiments.ZERO3, experiments.ZERO3_DEFAULTS),
-                "zero3_offload": (experiments.ZERO3_OFFLOAD, experiments.ZERO3_OFFLOAD_DEFAULTS)}
-
 PRESETS = [
     Preset(
         name=name, strategy_cls=ZeRO, family=f"zero{stage}", description=desc,
@@ -395,8 +383,8 @@ PRESETS = [
         capabilities=Capabilities(offload=offload, compile_by_default=name == "zero2", native_config="deepspeed",
                                   portable_checkpoint=True, offload_ratio=name == "zero3_offload",
                                   float8=name in ("zero2", "zero2_offload", "zero3"),
-                                  selector_role=role, experiments=_EXPERIMENTS.get(name, ({}, ()))[0],
-                                  default_experiments=_EXPERIMENTS.get(name, ({}, ()))[1],
+                                  selector_role=role, experiments=experiments.OFFERED.get(name, ({}, ()))[0],
+                                  default_experiments=experiments.OFFERED.get(name, ({}, ()))[1],
                                   **_ZERO_SHARDS[stage]),
     )
     for name, stage, offload, role, desc in [

@@ -32,6 +32,8 @@ ZERO3_OFFLOAD = {
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ()
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 PRIVATE = ("fused-step", "gpu-cast")  # levers that replace DeepSpeed's private methods: its version pinned
+# what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
+OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 
 PRIVATE_DEEPSPEED = "0.19.8"  # fused-step and gpu-cast replace private methods of this version's ZeRO-3
 
@@ -75,3 +77,11 @@ def check(names: tuple[str, ...], precision: str) -> None:
         why = _refusal(name, precision) if name in PRIVATE else ""
         if why:
             raise UserError(f"--experiments {name}: {why}")
+
+
+def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:
+    """What a run should say of its levers before it starts: gpu-cast's GPU path has not yet run on a GPU."""
+    if "gpu-cast" not in names or accelerator != "gpu":
+        return []
+    return [f"--experiments gpu-cast: its GPU path (non-blocking copies from pinned memory, the cast on the GPU) has not "
+            f"yet run on a GPU; check it before a long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]
