@@ -42,8 +42,15 @@ def raw_lightning(cache_dir):
     """raw_lightning(strategy, *flags) -> CompletedProcess of benchmarks/raw_lightning.py."""
 
     def run(strategy: str, *flags, timeout: float = 600) -> subprocess.CompletedProcess:
+        from shardlab.recipes.ranks import rank_threads
+
+        # Lightning's launcher leaves each rank every core; `recipe run` shares them out (recipes/ranks.py): the raw
+        # side gets the same threads per rank, so that the ratio compares the steps, not the thread counts
+        devices = int(flags[list(map(str, flags)).index("--devices") + 1]) if "--devices" in map(str, flags) else 2
+        threads = rank_threads(devices)
+        env = {**_env(cache_dir), **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
         return subprocess.run([sys.executable, str(RAW_LIGHTNING), strategy, *map(str, flags)],
-                              capture_output=True, text=True, env=_env(cache_dir), timeout=timeout)
+                              capture_output=True, text=True, env=env, timeout=timeout)
 
     return run
 

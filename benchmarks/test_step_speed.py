@@ -10,7 +10,8 @@ lifts the CPU refusals) with a plain DeepSpeed config of that stage; raw_lightni
 Reported: ratio = shardlab tokens/s / raw tokens/s, each from the median step after 5 warm-up steps, in
 `benchmark.extra_info` and in a table at the end of the session. Nothing about timing is asserted beyond
 "both ran and the ratio is finite and > 0.2": CI machines are noisy. What is asserted strictly is that the
-two runs did the same work: their per-step losses agree to 1e-5 relative (fp32; in practice ~1e-7).
+two runs did the same work: their per-step losses agree to 1e-5 relative (fp32; in practice ~1e-7), with the same CPU
+threads per rank (benchmarks/conftest.py).
 SHARDLAB_BENCH_ROUNDS=N repeats each pair N times, order alternating, and takes the median tokens/s per side.
 
 In CI it measures fsdp, against stock Lightning's `ModelParallelStrategy`: shardlab's step is raw Lightning's,

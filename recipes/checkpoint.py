@@ -11,7 +11,7 @@ is one line naming the newest intact checkpoint. The last `keep` checkpoints are
 
 Lightning's checkpoint carries the model, optimizer, LR scheduler, precision plugin (GradScaler) or
 DeepSpeed loss scaler, loop progress, callback states (StepRecorder: the losses so far) and the
-datamodule's data position (LlamaData).
+datamodule's data position (recipes/datamodule.py LlamaData).
 
 A run continues its metrics files under OUTPUT/logs (recipes/logs.py):
 the steps before its first logged step are kept, the later ones the run writes again are replaced,

@@ -76,13 +76,12 @@ def initial_folder(model: str, seed: int) -> Path:
     """The Hugging Face folder every strategy starts from: a user's folder, or a shipped shape built once per seed."""
     if model not in SHIPPED:
         return check_llama_folder(model)
-    from transformers import LlamaForCausalLM
-
     spec = SHIPPED[model]
     key = hashlib.sha256(json.dumps([spec, seed], sort_keys=True).encode()).hexdigest()[:12]
 
-    def write(tmp: Path) -> None:
+    def write(tmp: Path) -> None:  # once per shape and seed: the model class (seconds to import) only then
         import torch
+        from transformers import LlamaForCausalLM
 
         torch.manual_seed(seed)
         built = LlamaForCausalLM(model_config(model))

@@ -88,6 +88,9 @@ def run_ranks(nproc: int, argv: list[str]) -> None:
                           start_method="spawn", shutdown_timeout=10)
     logging.getLogger("torch.distributed.elastic.agent.server.api").addFilter(_QUIET_INTERRUPT)
     os.environ[LAUNCHED_ENV] = "1"  # inherited by the ranks
+    threads = rank_threads(nproc)
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     previous = signal.getsignal(signal.SIGINT)
     try:
         elastic_launch(config, entrypoint=sys.executable)("-m", "shardlab.recipes.cli", *argv)
@@ -102,6 +105,18 @@ def run_ranks(nproc: int, argv: list[str]) -> None:
     finally:
         signal.signal(signal.SIGINT, previous)  # the agent's handler outlives it: Ctrl-C is a KeyboardInterrupt again
         os.environ.pop(LAUNCHED_ENV, None)
+        if threads:
+            os.environ.pop("OMP_NUM_THREADS", None)
+
+
+def rank_threads(nproc: int) -> int | None:
+    """The CPU threads each of nproc local ranks computes with: this process's cores shared out (at least 1), as
+    DeepSpeed's launcher does (torchrun sets 1), so that the ranks' thread pools do not oversubscribe the cores and
+    spin against each other; None where OMP_NUM_THREADS is set already (the user's choice) or one rank has them all."""
+    if nproc <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // nproc)
 
 
 _PEER_WORDS = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "timeout")

@@ -19,9 +19,9 @@ from shardlab.core.strategy import RunContext
 from shardlab.recipes import data as data_lib
 from shardlab.recipes.data_cache import DataCache, open_blocks, prepare_data
 from shardlab.recipes.data_load import find_source
-from shardlab.recipes.model import cache_dir, flops_per_token, initial_folder
+from shardlab.recipes.model import SHIPPED, cache_dir, flops_per_token, initial_folder
 from shardlab.recipes.resolve import resolve_run
-from shardlab.recipes.validation import Validation, cap_note, prepare_validation, split_for_validation, validation_flag
+from shardlab.recipes.validation import cap_note, prepare_validation, split_for_validation, validation_flag
 from shardlab.recipes.weights import check_weights, model_source
 
 # Dense bf16 peak per GPU for MFU (vendor datasheets; H200 has the H100's compute).
@@ -94,10 +94,14 @@ def prepare(cfg: RunConfig) -> Prepared:
         with validation_flag():
             find_source(c.val_data, data_lib.embedded_corpus_path())
     folder = initial_folder(c.model, c.seed)
-    from transformers import AutoConfig
 
-    model_cfg = AutoConfig.from_pretrained(folder)
-    check_weights(folder, model_cfg)
+    def model_cfg():  # transformers' config class imports its model code (seconds): only where it is needed
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(folder)
+
+    if c.model not in SHIPPED:  # a shipped shape's folder was written from its own config (recipes/model.py)
+        check_weights(folder, model_cfg())
     data = prepare_data(c.data, c.data_field, c.seq_len, folder, c.data_workers, cache_dir(), c.data_format,
                         c.long_examples)
     data_lib.check_enough(data.sequences, c.micro_batch_size, run.world_size, c.seq_len, c.grad_accum)
@@ -110,7 +114,7 @@ def prepare(cfg: RunConfig) -> Prepared:
 
         # an intact checkpoint (manifest checked) that continues this run, before any rank starts or OUTPUT changes
         resume, passed_over = checkpoint.resolve_resume(c.resume, Path(c.output))
-        identity = checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg, data.meta["format"])
+        identity = checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg(), data.meta["format"])
         elsewhere = checkpoint.check_resume(resume, identity, c.max_steps)
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
@@ -161,6 +165,8 @@ def train(p: Prepared) -> dict[str, Any] | None:
     """Runs on every rank; global rank 0 writes summary.json and gets the summary, the others None."""
     import lightning.pytorch as pl
 
+    from shardlab.recipes.datamodule import LlamaData
+    from shardlab.recipes.evaluate import Validation
     from shardlab.recipes.export import HFExport
     from shardlab.recipes.metrics import StepRecorder
     from shardlab.recipes.module import LlamaModule
@@ -226,8 +232,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     )
     t0 = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=data_lib.LlamaData(train_blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum,
-                                                                    train_labels),
+        trainer.fit(module, datamodule=LlamaData(train_blocks, cfg.micro_batch_size, cfg.seed, cfg.grad_accum, train_labels),
                     ckpt_path=ckpt_path)
     except torch.OutOfMemoryError as e:
         raise RunFailed(out_of_memory_advice(p, e)) from None
@@ -248,6 +253,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
         "auto": p.run.auto, "decisions": p.run.decisions, "float8_linears": _float8_linears(module.model, ctx),
         "config": cfg.model_dump(), "model_folder": str(p.folder), "model": p.run.model,
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
+        "cpu_threads": torch.get_num_threads(),  # per rank: the node's cores shared out among its ranks (recipes/ranks.py)
     }
     if trainer.global_rank != 0:
         return None

@@ -1,11 +1,10 @@
 """What DeepSpeed shows on the console: the messages a user cannot act on silenced by their text; its long silent
-waits, compiling an op on first use (CPU Adam; the shared-memory op of CPU ranks), announced."""
+wait, compiling CPU Adam on first use, announced; the op that training never uses (the shared-memory op of CPU
+ranks) not built at all."""
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
-import sys
 import warnings
 from pathlib import Path
 
@@ -22,29 +21,23 @@ for logger, start in (("DeepSpeed", "Setting accelerator to CPU"),
                       ("lightning.pytorch.strategies.deepspeed", "initializing deepspeed distributed")):
     logging.getLogger(logger).addFilter(lambda record, start=start: not str(record.msg).startswith(start))
 
-_PRINTED_BY_INIT = ("built successfully",)  # deepspeed.comm: "DeepSpeed deepspeed.ops.comm.<op> built successfully"
-
-
 @contextlib.contextmanager
-def quiet_init(rank_zero: bool):
-    """Around DeepSpeed's init_distributed. On a CPU run it compiles its shared-memory op on first use (about a
-    minute, silently): say so first. Then it prints a line per rank that the op is loaded: drop that line, keep
-    anything else it prints."""
-    if rank_zero and _needs_build(_shm_builder()):
-        print(SHM_BUILD, flush=True)
-    captured = io.StringIO()
+def without_shm_op():
+    """Around DeepSpeed's init_distributed: on a CPU run it would compile its shared-memory op (deepspeed_shm_comm,
+    about a minute on 2 cores the first time, then a 'built successfully' line per rank). That op serves only
+    DeepSpeed's inference all-reduce (deepspeed/module_inject, tensor-parallel inference); ZeRO's collectives go
+    through torch.distributed (gloo on CPU) with or without it, so training does not build it. On a GPU nothing
+    changes: DeepSpeed has no such op there."""
+    import importlib
+
+    ds_torch = importlib.import_module("deepspeed.comm.torch")  # `from deepspeed.comm import torch` is torch itself
+
+    build = ds_torch.build_shm_op
+    ds_torch.build_shm_op = lambda: None
     try:
-        with contextlib.redirect_stdout(captured):
-            yield
+        yield
     finally:
-        sys.stdout.write("".join(l for l in captured.getvalue().splitlines(True) if not l.rstrip().endswith(_PRINTED_BY_INIT)))
-        sys.stdout.flush()
-
-
-def _shm_builder():
-    from deepspeed.accelerator import get_accelerator
-
-    return get_accelerator().create_op_builder("ShareMemCommBuilder")  # None but on DeepSpeed's CPU accelerator
+        ds_torch.build_shm_op = build
 
 
 def _needs_build(builder) -> bool:
@@ -70,8 +63,6 @@ def cpu_adam_built() -> bool:
     return not _needs_build(CPUAdamBuilder())
 
 
-SHM_BUILD = ("shardlab: building DeepSpeed's shared-memory communication op (deepspeed_shm_comm, for CPU ranks): "
-             "once, about a minute; later runs reuse it")
 CPU_ADAM_BUILD = ("shardlab: building DeepSpeed's CPU Adam (the cpu_adam op, for the optimizer step on the CPU): "
                   "once, about a minute; later runs reuse it")
 

@@ -54,9 +54,9 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
     def setup_distributed(self) -> None:
         reset_seed()  # as DeepSpeedStrategy does, minus the CUDA device-index validation
         self.set_world_ranks()
-        from shardlab.strategies.deepspeed_console import quiet_init
+        from shardlab.strategies.deepspeed_console import without_shm_op
 
-        with quiet_init(self.global_rank == 0):  # a one-off op build announced, its "built successfully" lines dropped
+        with without_shm_op():  # CPU ranks: not the inference-only op's minute-long first build
             self._init_deepspeed_distributed()
 
     def _setup_model_and_optimizer(self, model, optimizer, lr_scheduler=None):  # type: ignore[override]

@@ -11,6 +11,22 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cpu_adam_built_beside_the_first_tests():
+    """DeepSpeed compiles CPU Adam (the offload presets' optimizer) at its first use: about a minute of one core on a
+    new machine. Compiled here in the background while the first, single-process tests run, the first offload run
+    finds it (DeepSpeed's build lock makes a run that comes sooner wait for this build, then load it)."""
+    from shardlab.strategies.deepspeed_console import cpu_adam_built
+
+    if cpu_adam_built():
+        yield
+        return
+    code = "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load(verbose=False)"
+    build = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    yield
+    build.wait(timeout=600)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shardlab-cache")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -26,6 +27,8 @@ def test_default_run_trains_and_exports(recipe, tmp_path):
     assert s["strategy"] == "ddp" and s["world_size"] == 2 and len(s["losses"]) == 50
     assert s["losses"][-1] < s["losses"][0] - 1.0  # the loss falls
     assert len(s["peak_memory_bytes"]) == 2 and s["tokens_per_s"] > 0
+    # each of the 2 ranks computes with its share of this machine's cores, unless OMP_NUM_THREADS says otherwise
+    assert s["cpu_threads"] == int(os.environ.get("OMP_NUM_THREADS") or max(1, len(os.sched_getaffinity(0)) // 2))
     model = AutoModelForCausalLM.from_pretrained(s["hf_export"])
     assert model.config.model_type == "llama"
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["hf", "logs", "resolved.json", "summary.json"]

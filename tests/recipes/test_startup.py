@@ -168,3 +168,26 @@ def _meta_shape(config) -> memory.Shape:
         hidden=config.hidden_size, layers=config.num_hidden_layers, heads=config.num_attention_heads,
         kv_heads=config.num_key_value_heads, intermediate=config.intermediate_size, vocab=config.vocab_size,
         tied=model.lm_head.weight is model.model.embed_tokens.weight, head_dim=config.head_dim)
+
+
+def test_a_runs_launcher_imports_neither_lightning_nor_the_model_classes(cache_dir, tmp_path, monkeypatch):
+    """The launching process of a 2-rank run (recipes/run.py prepare: resolve, check, find the data) imports neither
+    Lightning, DeepSpeed nor the Llama model classes once the shape's initial weights and the tokenised data exist
+    (a first run writes them, once): each rank imports them anyway, and each costs the launcher seconds before the
+    ranks can start."""
+    from shardlab.recipes.run import prepare
+
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+    cfg = RunConfig(model="tiny-llama3", strategy="zero3", accelerator="cpu", devices=2, max_steps=2,
+                    output=str(tmp_path / "out"))
+    prepare(cfg)  # the first run's initial weights and tokenised data
+    code = f"""
+import json, sys
+from shardlab.core.config import RunConfig
+from shardlab.recipes.run import prepare
+prepare(RunConfig.model_validate({cfg.model_dump()!r}))
+print(json.dumps([m for m in ("lightning", "deepspeed", "transformers.models.llama.modeling_llama") if m in sys.modules]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == []

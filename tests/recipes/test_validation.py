@@ -91,6 +91,8 @@ def _fit(folder, blocks: np.ndarray, val: validation.ValidationSet | None):
     """Three optimizer steps of the real LlamaModule (tiny, fp32, one CPU process, accumulation 2) -> the recorder."""
     from shardlab.core import registry
     from shardlab.core.config import RunConfig
+    from shardlab.recipes.datamodule import LlamaData
+    from shardlab.recipes.evaluate import Validation
     from shardlab.recipes.metrics import StepRecorder
     from shardlab.recipes.module import LlamaModule
     from shardlab.recipes.resolve import resolve_run
@@ -101,11 +103,11 @@ def _fit(folder, blocks: np.ndarray, val: validation.ValidationSet | None):
     pl.seed_everything(0, verbose=False)
     module = LlamaModule(model_source(folder), registry.get("ddp").build(), run.context(), run.optimizer())
     recorder = StepRecorder()
-    callbacks = [recorder] + ([validation.Validation(val, recorder, 1, 3)] if val else [])
+    callbacks = [recorder] + ([Validation(val, recorder, 1, 3)] if val else [])
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=3, accumulate_grad_batches=2, logger=False,
                          use_distributed_sampler=False, enable_checkpointing=False, enable_model_summary=False,
                          enable_progress_bar=False, callbacks=callbacks)
-    trainer.fit(module, datamodule=data.LlamaData(blocks, 2, seed=0, grad_accum=2))
+    trainer.fit(module, datamodule=LlamaData(blocks, 2, seed=0, grad_accum=2))
     assert module.model.training  # back in train mode
     return recorder
 
