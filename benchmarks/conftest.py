@@ -46,8 +46,8 @@ def raw_lightning(cache_dir):
 
         # Lightning's launcher leaves each rank every core; `recipe run` shares them out (recipes/ranks.py): the raw
         # side gets the same threads per rank, so that the ratio compares the steps, not the thread counts
-        devices = int(flags[list(map(str, flags)).index("--devices") + 1]) if "--devices" in map(str, flags) else 2
-        threads = rank_threads(devices)
+        args = list(map(str, flags))
+        threads = rank_threads(int(args[args.index("--devices") + 1]) if "--devices" in args else 2)
         env = {**_env(cache_dir), **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
         return subprocess.run([sys.executable, str(RAW_LIGHTNING), strategy, *map(str, flags)],
                               capture_output=True, text=True, env=env, timeout=timeout)

@@ -12,6 +12,11 @@ GiB = 2**30
 MiB = 2**20
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a container's or SLURM's share, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def human_bytes(b: float) -> str:
     """Memory for people: GiB from 1 GiB up, MiB below (a tiny model's estimate is not "0.0 GiB")."""
     return f"{b / GiB:.1f} GiB" if b >= GiB else f"{b / MiB:.1f} MiB"

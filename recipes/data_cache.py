@@ -125,7 +125,9 @@ def prepare_data(data: Optional[str], text_field: str, seq_len: int, tokenizer_f
 
 def default_workers() -> int:
     """--data-workers when not given: one per CPU core this process may use, at most 8."""
-    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    from shardlab.core.hardware import usable_cores
+
+    return max(1, min(8, usable_cores()))
 
 
 def _build(source, text_field: str, seq_len: int, tokenizer_folder: Path, workers: int, fmt: str, long_examples: str,

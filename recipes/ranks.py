@@ -115,8 +115,9 @@ def rank_threads(nproc: int) -> int | None:
     spin against each other; None where OMP_NUM_THREADS is set already (the user's choice) or one rank has them all."""
     if nproc <= 1 or "OMP_NUM_THREADS" in os.environ:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // nproc)
+    from shardlab.core.hardware import usable_cores
+
+    return max(1, usable_cores() // nproc)
 
 
 _PEER_WORDS = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "timeout")
