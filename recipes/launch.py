@@ -145,4 +145,15 @@ def main(args: argparse.Namespace) -> int:
         cmd = [sys.executable, "-m", "shardlab.recipes.cli", "run", *run_argv]  # srun started one task per process
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", *forms["torchrun"][cfg.node_rank][1:]]
-    return subprocess.call(cmd)
+    return subprocess.call(cmd, env=launch_env(cfg))
+
+
+def launch_env(cfg: RunConfig) -> dict[str, str]:
+    """The environment torchrun starts this node's ranks in: torchrun gives each of several ranks one CPU thread
+    (OMP_NUM_THREADS=1) unless it is set, which leaves an offloaded optimizer's CPU step (DeepSpeed's CPU Adam) on one
+    core a rank; the node's cores are shared out instead, as `recipe run` does (recipes/ranks.py). srun's tasks keep
+    their --cpus-per-task, which OpenMP reads from their affinity."""
+    from shardlab.recipes.ranks import rank_threads
+
+    threads = rank_threads(cfg.devices) if cfg.launcher == "torchrun" else None
+    return {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else dict(os.environ)
