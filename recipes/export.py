@@ -29,7 +29,7 @@ class ExportError(RunFailed):
 def _logits(model: torch.nn.Module, batch: torch.Tensor, precision: str) -> torch.Tensor:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[half(precision)]
     with torch.no_grad(), torch.autocast(batch.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-        return model(input_ids=batch).logits.float()
+        return model(input_ids=batch, use_cache=False).logits.float()
 
 
 def _for_shell(state: dict[str, torch.Tensor], config, dtype: torch.dtype) -> dict[str, torch.Tensor]:

@@ -83,19 +83,24 @@ def use_chunked_loss(model: torch.nn.Module) -> None:
 def causal_lm_loss(model: torch.nn.Module, input_ids: torch.Tensor, labels: Optional[torch.Tensor] = None,
                    divisor: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The next-token loss, through the chunked or fused head if the model has one: without labels the mean over
-    every token; with labels (-100: not a target) the targets' summed loss over `divisor`."""
+    every token; with labels (-100: not a target) the targets' summed loss over `divisor`.
+
+    use_cache=False: a Llama config says use_cache=True, and Hugging Face then builds a key/value cache in every training
+    forward that is not checkpointed. Each decoder layer writes its own slot of that cache, so torch.compile of the
+    layers guarded on the slot and compiled the shared layer code once per layer until its recompile limit (8): the
+    later layers of llama-1b (22) ran uncompiled, under --compile and --float8 alike (tests/recipes/test_speed_options.py)."""
     head = model.lm_head
     if not isinstance(head, ChunkedLossHead):
         if labels is None:
-            return model(input_ids=input_ids, labels=input_ids).loss
+            return model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
         # Hugging Face's causal-LM loss (it shifts the labels), summed over num_items_in_batch. Called on the logits
         # rather than through forward(**kwargs), which would hand num_items_in_batch to every decoder layer.
-        logits = model(input_ids=input_ids).logits
+        logits = model(input_ids=input_ids, use_cache=False).logits
         return model.loss_function(logits=logits, labels=labels, vocab_size=logits.shape[-1], num_items_in_batch=divisor)
     if labels is not None and divisor is None:
         raise ValueError("labels need a divisor")
     head.targets, head.divisor = (input_ids if labels is None else labels), divisor
     try:
-        return model(input_ids=input_ids).logits  # the head returned the loss in place of logits
+        return model(input_ids=input_ids, use_cache=False).logits  # the head returned the loss in place of logits
     finally:
         head.targets = head.divisor = None

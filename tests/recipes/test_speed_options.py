@@ -72,3 +72,25 @@ def test_labels_are_the_targets_of_the_loss_after_the_shift(head):
     none = loss_lib.causal_lm_loss(model, ids, torch.full_like(ids, -100), divisor)  # no targets: 0, not NaN
     none.backward()
     assert none.item() == 0 and all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_compile_builds_one_graph_for_all_the_decoder_layers():
+    """--compile compiles every decoder layer, not the first 8: the training forward builds no key/value cache, whose
+    per-layer slots made Dynamo recompile the shared layer code once per layer up to its recompile limit (8), and run
+    llama-1b's other 14 layers uncompiled (recipes/loss.py)."""
+    from torch._dynamo.utils import counters
+
+    from shardlab.recipes.module import compile_layers
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=10, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=97)  # use_cache=True, as every Llama config says
+    model = LlamaForCausalLM(cfg).train()
+    compile_layers(model)
+    x = torch.randint(0, 97, (2, 16))
+    for _ in range(2):
+        loss_lib.causal_lm_loss(model, x).backward()
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert not counters["recompiles"], dict(counters["recompiles"])
