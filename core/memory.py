@@ -153,8 +153,10 @@ def layer_activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -
       residual sums (2h c), gate and up (2i c; Liger's SwiGLU recomputes SiLU) and their product (i c):
       12h + 6i + 4kv bytes in bf16, 59,648 per token for llama-1b (measured 59,660).
     - torch eager: as above plus each norm's fp32 copy and SiLU's output: 22h + 8i + 4kv (Korthikanti et al.
-      2022's count redone for Llama); under torch.compile the norms' fp32 copies fuse away: 16h + 8i + 4kv
-      (measured 78,050 per token for llama-1b; the formula gives 78,848).
+      2022's count redone for Llama); under torch.compile of every layer: 14h + 6i + 4kv, fitted to the one point
+      measured since the compile fix of 2026-12-05 (llama-1b, micro-batch 8, no checkpointing: 38.70 GiB,
+      results/2026-12-05d-h200.md): the fused graph keeps about what Liger's kernels keep. The count before, 16h + 8i
+      + 4kv, was fitted to runs in which Hugging Face's key/value cache made Dynamo compile only 8 of the layers.
     - autocast over fp32 parameters (DDP): the residual stream and the norm outputs stay fp32, and autocast
       keeps a 16-bit copy of each norm output for the projections: +12h (Liger), +4h (torch, whose norm copies
       are already fp32)."""
@@ -164,7 +166,7 @@ def layer_activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -
     if w.kernels == "liger":
         per = (6 * h + 3 * i + 2 * kv) * c + 4 * s.heads + (12 * h if fp32_residual else 0)
     else:
-        per = ((8 if w.compiled else 11) * h + 4 * i + 2 * kv) * c + (4 * h if fp32_residual else 0)
+        per = ((7 * h + 3 * i if w.compiled else 11 * h + 4 * i) + 2 * kv) * c + (4 * h if fp32_residual else 0)
     return int(per)
 
 

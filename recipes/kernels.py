@@ -32,7 +32,7 @@ def check(accelerator: str, compile: bool) -> None:
     """Refuse --kernels liger where it cannot run: on CPU, without the package, under torch.compile."""
     if compile:  # measured on one H200: Dynamo fails to trace Liger's Triton kernels ("'float' object has no attribute 'to'")
         raise UserError("--kernels liger: Liger's kernels do not run under torch.compile; drop --compile "
-                        "(liger without compile measured faster than compile without liger)")
+                        "(or use --kernels torch with --compile)")
     if accelerator != "gpu":
         raise UserError("--kernels liger: Liger's Triton kernels run on CUDA GPUs only; use --kernels torch on CPU")
     if importlib.util.find_spec("liger_kernel") is None:

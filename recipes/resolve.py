@@ -170,7 +170,7 @@ def _ratio_hint(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Work
 
 
 def _kernels_and_seq_len(cfg: RunConfig, accelerator: str, context: int, decisions: list[str]) -> tuple[str, int]:
-    """Liger's fused kernels where installed on GPUs (measured fastest, benchmarks/results/2026-12-02-liger-h200.md);
+    """Liger's fused kernels where installed on GPUs (as fast as compile at less memory, benchmarks/results/2026-12-05d-h200.md);
     the sequence length: the model's context up to MAX_SEQ_LEN, or the test shape's default."""
     from shardlab.recipes import kernels as kernel_lib
 

@@ -80,8 +80,9 @@ def check(names: tuple[str, ...], precision: str) -> None:
 
 
 def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:
-    """What a run should say of its levers before it starts: gpu-cast's GPU path has not yet run on a GPU."""
+    """What a run should say of its levers before it starts: gpu-cast measured slower than DeepSpeed's own copy."""
     if "gpu-cast" not in names or accelerator != "gpu":
         return []
-    return [f"--experiments gpu-cast: its GPU path (non-blocking copies from pinned memory, the cast on the GPU) has not "
-            f"yet run on a GPU; check it before a long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]
+    return [f"--experiments gpu-cast: measured slower than DeepSpeed's own copy on one H200 (llama-1b: 12,019 against "
+            f"12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2); check it on this machine "
+            f"before a long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]

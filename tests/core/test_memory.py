@@ -100,7 +100,8 @@ MEMORY_FIELDS = ("kernels", "compile", "precision", "chunked_loss", "grad_reduce
 
 
 def _measured_rows() -> list[dict]:
-    return [r for r in json.loads(MEASURED.read_text())["rows"] if "measured_bytes" in r]
+    """Every point, less those a later fix made obsolete (each says why in `superseded`; kept as the record)."""
+    return [r for r in json.loads(MEASURED.read_text())["rows"] if "measured_bytes" in r and "superseded" not in r]
 
 
 def _workload(c: dict) -> memory.Workload:
@@ -122,7 +123,10 @@ def _tag(r: dict) -> str:
 
 
 # Points measured outside 10%, each with what is known; strict: once the estimate holds there, remove the entry.
-KNOWN_OUTSIDE: dict[str, str] = {}
+_FLOAT8 = ("float8 + compile keeps less than compile in 16-bit (the estimate counts 16-bit activations for it): "
+           "+18% / +15% over on the two points measured since the compile fix (results/2026-12-05d-h200.md); "
+           "too few to model, and on the safe side")
+KNOWN_OUTSIDE: dict[str, str] = {"llama-1b-fsdp-torch-noac-mb8-float8": _FLOAT8, "llama-3.2-3b-fsdp-torch-noac-mb8-float8": _FLOAT8}
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(reason=KNOWN_OUTSIDE[_tag(r)], strict=True))

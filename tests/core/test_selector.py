@@ -84,7 +84,9 @@ def test_a_choice_that_does_not_fit_moves_down_in_memory_order():
 # Activation checkpointing against offload (issue 18): when not given, on only where it avoids offload.
 
 def test_70b_on_4_nodes_of_8x80_is_zero3_with_checkpointing_not_offload():
-    d = plan("llama-70b", 8, 80, nodes=4, cpu_gib=2048)
+    # eager layers: compiled ones (fsdp's GPU default with torch kernels) keep less, and fsdp then fits micro-batch 1
+    # without checkpointing (70.1 of 72 GiB)
+    d = plan("llama-70b", 8, 80, nodes=4, cpu_gib=2048, compile=False)
     assert d.choice == "zero3" and d.checkpointing is True
     assert not d.rows["zero3"].gpu_bytes > 0.9 * 80 * GiB
     why = d.reasons[0]
@@ -94,7 +96,7 @@ def test_70b_on_4_nodes_of_8x80_is_zero3_with_checkpointing_not_offload():
 
 @pytest.mark.parametrize("given, model, gpus, nodes, expect", [
     # the user's word stands, in both directions, whatever the selector would prefer
-    (False, "llama-70b", 8, 4, "zero3_offload"),  # no checkpointing: offload is what fits
+    (False, "llama-70b", 8, 4, "fsdp"),  # no checkpointing: fsdp's compiled layers fit micro-batch 1 (70.1 of 72 GiB)
     (True, "llama-7b", 8, 1, "fsdp"),  # checkpointing although fsdp fits without it
     (None, "llama-7b", 8, 1, "fsdp"),  # not given, not needed: off, and said so
 ])
