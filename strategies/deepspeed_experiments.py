@@ -25,6 +25,9 @@ ZERO3 = {
 }
 ZERO3_DEFAULTS = ("lean-config", "fused-step")
 ZERO3_OFFLOAD = {
+    # lean-config under offload: not yet measured on a GPU (zero3: +12%); at the selector's offload batch the Trainer's
+    # offload with Liger ran 1.07x shardlab's default (results/2026-12-05d-h200.md), so it is offered to be measured
+    "lean-config": ZERO3["lean-config"],
     "gpu-cast": "the CPU-stepped fp32 weights copied to the GPU from pinned memory without waiting and cast there "
                 "(not cast by the CPU into pageable memory and copied while the host waits), in sub-groups of 1e8 "
                 "parameters so that one sub-group's copy runs while the CPU steps the next",

@@ -1,4 +1,5 @@
-"""zero3_offload's `gpu-cast` lever (strategies/deepspeed_offload_cast.py) trains the model DeepSpeed's own copy trains.
+"""zero3_offload's `gpu-cast` lever (strategies/deepspeed_offload_cast.py) trains the model DeepSpeed's own copy trains,
+and so does its `lean-config` (zero3's, strategies/deepspeed_experiments.py), run with it.
 
 On CPU processes both ends of the copy are in CPU memory, so the chunked copy runs in order: the Llama 3 shape's run
 (tests/conftest.py LLAMA3, 2 CPU ranks, the run test_parity.py makes without the lever) must give DeepSpeed's losses to
@@ -17,10 +18,11 @@ from tests.conftest import LLAMA3
 def test_gpu_cast_trains_what_deepspeeds_copy_trains(train, tmp_path, monkeypatch):
     trace = tmp_path / "trace.txt"
     monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    cast = train("zero3_offload", "--experiments", "gpu-cast", *LLAMA3)
+    # with lean-config too, in the same run: neither changes the arithmetic
+    cast = train("zero3_offload", "--experiments", "gpu-cast,lean-config", *LLAMA3)
     monkeypatch.delenv("SHARDLAB_TRACE")
     stock = train("zero3_offload", *LLAMA3)
-    assert cast["config"]["experiments"] == ["gpu-cast"] and stock["config"]["experiments"] == []
+    assert set(cast["config"]["experiments"]) == {"gpu-cast", "lean-config"} and stock["config"]["experiments"] == []
     assert stock["losses"][-1] < stock["losses"][0]
     assert cast["losses"] == stock["losses"]
     assert [v["loss"] for v in cast["val_losses"]] == [v["loss"] for v in stock["val_losses"]]
