@@ -42,13 +42,12 @@ def raw_lightning(cache_dir):
     """raw_lightning(strategy, *flags) -> CompletedProcess of benchmarks/raw_lightning.py."""
 
     def run(strategy: str, *flags, timeout: float = 600) -> subprocess.CompletedProcess:
-        from shardlab.recipes.ranks import rank_threads
+        from shardlab.recipes.ranks import thread_env
 
         # Lightning's launcher leaves each rank every core; `recipe run` shares them out (recipes/ranks.py): the raw
         # side gets the same threads per rank, so that the ratio compares the steps, not the thread counts
         args = list(map(str, flags))
-        threads = rank_threads(int(args[args.index("--devices") + 1]) if "--devices" in args else 2)
-        env = {**_env(cache_dir), **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+        env = {**_env(cache_dir), **thread_env(int(args[args.index("--devices") + 1]) if "--devices" in args else 2)}
         return subprocess.run([sys.executable, str(RAW_LIGHTNING), strategy, *map(str, flags)],
                               capture_output=True, text=True, env=env, timeout=timeout)
 

@@ -153,7 +153,6 @@ def launch_env(cfg: RunConfig) -> dict[str, str]:
     (OMP_NUM_THREADS=1) unless it is set, which leaves an offloaded optimizer's CPU step (DeepSpeed's CPU Adam) on one
     core a rank; the node's cores are shared out instead, as `recipe run` does (recipes/ranks.py). srun's tasks keep
     their --cpus-per-task, which OpenMP reads from their affinity."""
-    from shardlab.recipes.ranks import rank_threads
+    from shardlab.recipes.ranks import thread_env
 
-    threads = rank_threads(cfg.devices) if cfg.launcher == "torchrun" else None
-    return {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else dict(os.environ)
+    return {**os.environ, **(thread_env(cfg.devices) if cfg.launcher == "torchrun" else {})}

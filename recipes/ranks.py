@@ -88,9 +88,8 @@ def run_ranks(nproc: int, argv: list[str]) -> None:
                           start_method="spawn", shutdown_timeout=10)
     logging.getLogger("torch.distributed.elastic.agent.server.api").addFilter(_QUIET_INTERRUPT)
     os.environ[LAUNCHED_ENV] = "1"  # inherited by the ranks
-    threads = rank_threads(nproc)
-    if threads:
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+    threads = thread_env(nproc)
+    os.environ.update(threads)
     previous = signal.getsignal(signal.SIGINT)
     try:
         elastic_launch(config, entrypoint=sys.executable)("-m", "shardlab.recipes.cli", *argv)
@@ -105,8 +104,8 @@ def run_ranks(nproc: int, argv: list[str]) -> None:
     finally:
         signal.signal(signal.SIGINT, previous)  # the agent's handler outlives it: Ctrl-C is a KeyboardInterrupt again
         os.environ.pop(LAUNCHED_ENV, None)
-        if threads:
-            os.environ.pop("OMP_NUM_THREADS", None)
+        for name in threads:
+            os.environ.pop(name, None)
 
 
 def rank_threads(nproc: int) -> int | None:
@@ -118,6 +117,13 @@ def rank_threads(nproc: int) -> int | None:
     from shardlab.core.hardware import usable_cores
 
     return max(1, usable_cores() // nproc)
+
+
+def thread_env(nproc: int) -> dict[str, str]:
+    """rank_threads as what the ranks' environment adds: {"OMP_NUM_THREADS": "N"}, or {} where it stays as it is. For
+    the ranks this module starts, those `recipe launch` starts through torchrun, and the benchmarks' raw Lightning."""
+    threads = rank_threads(nproc)
+    return {"OMP_NUM_THREADS": str(threads)} if threads else {}
 
 
 _PEER_WORDS = ("connection closed", "connection reset", "broken pipe", "peer", "timed out", "timeout")
