@@ -59,7 +59,35 @@ def summarize(prof, steps: int, wall_s: float, top: int = 40) -> str:
     cpu = sorted((e for e in prof.key_averages() if e.device_type == DeviceType.CPU), key=lambda e: -e.self_cpu_time_total)
     lines += ["", "top 25 host ops by self CPU time", f"{'ms/step':>9}{'calls/step':>11}  name"]
     lines += [f"{e.self_cpu_time_total / steps / 1e3:>9.2f}{e.count / steps:>11.0f}  {e.key[:150]}" for e in cpu[:25]]
-    return "\n".join(lines) + "\n"
+    events = prof.events()
+    timed = [(e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CUDA
+             and not getattr(e, "is_user_annotation", False) and "#" not in e.name and not e.name.startswith("FSDP::")]
+    host = [(e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CPU]
+    return "\n".join(lines + [""] + idle_gaps(timed, host, steps)) + "\n"
+
+
+def idle_gaps(kernels: list[tuple[float, float, str]], host: list[tuple[float, float, str]], steps: int,
+              top: int = 10) -> list[str]:
+    """Where the device waited: the time between its kernels (all streams merged) from the first kernel to the last,
+    and the longest gaps, each with the kernel before and after it and the innermost host op running as it began.
+    `kernels` and `host`: (start_us, end_us, name)."""
+    if not kernels:
+        return ["device idle: no device kernels profiled"]
+    kernels = sorted(kernels)
+    gaps, end, before = [], kernels[0][1], kernels[0][2]
+    for start, stop, name in kernels[1:]:
+        if start > end:
+            gaps.append((start - end, end, before, name))
+        if stop > end:
+            end, before = stop, name
+    idle = sum(g[0] for g in gaps)
+    lines = [f"device idle between kernels: {idle / steps / 1e3:.2f} ms a step in {len(gaps) / steps:.0f} gaps; "
+             f"the longest {top}:", f"{'ms':>8}  kernel before -> kernel after  (host op as the gap began)"]
+    for length, at, prev, nxt in sorted(gaps, reverse=True)[:top]:
+        running = [h for h in host if h[0] <= at <= h[1]]
+        op = min(running, key=lambda h: h[1] - h[0])[2] if running else "-"
+        lines.append(f"{length / 1e3:>8.2f}  {prev[:60]} -> {nxt[:60]}  ({op[:60]})")
+    return lines
 
 
 class StepWindow:

@@ -2,7 +2,7 @@
 in-process on CPU (the GPU kernel tables are exercised on the GPU machine; see benchmarks/results)."""
 import torch
 
-from shardlab.recipes.profile import StepWindow, kind
+from shardlab.recipes.profile import StepWindow, idle_gaps, kind
 
 
 def test_kernel_kinds():
@@ -36,3 +36,13 @@ def test_window_profiles_only_its_steps_and_writes_a_summary(tmp_path):
     assert text.startswith("steps profiled: 2;")
     assert "aten::mm" in text and "top 25 host ops" in text
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_idle_gaps_merge_streams_and_name_the_host_op_running():
+    kernels = [(0, 10, "gemm"), (5, 20, "copy"), (30, 35, "adam"), (135, 140, "embedding"), (138, 150, "gemm")]
+    host = [(0, 200, "run"), (33, 140, "cudaStreamSynchronize"), (31, 34, "aten::item")]
+    lines = idle_gaps(kernels, host, steps=1, top=2)
+    assert lines[0].startswith("device idle between kernels: 0.11 ms a step in 2 gaps")
+    assert lines[2].split() == ["0.10", "adam", "->", "embedding", "(cudaStreamSynchronize)"]
+    assert lines[3].split() == ["0.01", "copy", "->", "adam", "(run)"]  # 10 us
+    assert idle_gaps([], host, steps=1) == ["device idle: no device kernels profiled"]
