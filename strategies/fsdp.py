@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from shardlab.core import memory
+from shardlab.core.errors import UserError
 from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
+from shardlab.strategies import fsdp_direct_cast as direct_cast
 from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero
 
 if TYPE_CHECKING:  # torch and Lightning load when a run builds the strategy, not when the registry lists it
@@ -94,7 +96,17 @@ class FSDP2(Strategy):
         fully_shard(model, **kwargs)
         on_gpu = mesh.device_type == "cuda" and not self.offload  # offload keeps the shards in CPU memory
         load_shards(model, source, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
+        if "direct-cast" in ctx.experiments and mesh.size() == 1:  # more ranks: FSDP2's own all-gather path
+            direct_cast.install(model)
         return model
+
+    def check(self, ctx: RunContext) -> None:
+        super().check(ctx)
+        if "direct-cast" in ctx.experiments and direct_cast.refusal():
+            raise UserError(f"--experiments direct-cast: {direct_cast.refusal()}")
+
+    def default_experiments(self, precision: str) -> tuple[str, ...]:
+        return tuple(n for n in self.capabilities.default_experiments if n != "direct-cast" or not direct_cast.refusal())
 
     def after_optimizer_step(self, model: torch.nn.Module, ctx: RunContext) -> None:
         if ctx.float8:  # the next all-gather's float8 scales, from the new weights: one all-reduce, not one per weight
@@ -195,6 +207,12 @@ def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.devic
             local.copy_(source.read(name, rows=(start, start + local.shape[0])))
 
 
+# fsdp's levers (--experiments); direct-cast: see strategies/fsdp_direct_cast.py
+FSDP_EXPERIMENTS = {
+    "direct-cast": "on one rank (one GPU), each layer's fp32 weights cast into its 16-bit ones by one foreach kernel, "
+                   "and its gradients reduced in the buffer they were gathered into (torch's one-rank path copies each "
+                   "weight twice and the gradient buffer once more); same values; more ranks keep torch's own path",
+}
 _FSDP_CAPS = dict(portable_checkpoint=True, float8=True, shards_optimizer=True, shards_gradients=True, shards_parameters=True,
                   precisions=("32-true", "bf16-mixed", "bf16-true"))
 PRESETS = [
@@ -202,7 +220,8 @@ PRESETS = [
         name="fsdp", strategy_cls=FSDP2, family="fsdp",
         description="PyTorch FSDP2 (fully_shard per decoder layer): parameters, gradients, optimizer sharded",
         # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md)
-        capabilities=Capabilities(compile_by_default=True, selector_role="small", **_FSDP_CAPS),
+        capabilities=Capabilities(compile_by_default=True, selector_role="small", experiments=FSDP_EXPERIMENTS,
+                                  default_experiments=("direct-cast",), **_FSDP_CAPS),
     ),
     Preset(
         name="fsdp_offload", strategy_cls=FSDP2, family="fsdp", kwargs={"offload": True},

@@ -174,9 +174,8 @@ def test_the_current_gpu_defaults_were_measured():
         hits = [r for r in rows if r["config"]["strategy"] == name  # levers absent from older rows: their defaults
                 and all(r["config"].get(f, RunConfig.model_fields[f].default) == v for f, v in defaults.items())
                 and (r["config"].get("experiments") or []) == levers]
-        assert hits, (f"{name}: no H200 point measured under today's GPU defaults {defaults}, experiments {levers}; run "
-                      f"benchmarks/gpu_memory.py "
-                      f"and add its rows to {MEASURED.name}")
+        assert hits, (f"{name}: no GPU point (H200, or H100 where a row says so) measured under today's GPU defaults "
+                      f"{defaults}, experiments {levers}; run benchmarks/gpu_memory.py and add its rows to {MEASURED.name}")
         assert {r["config"]["activation_checkpointing"] for r in hits} == {True, False} or "offload" in name, name
 
 

@@ -74,8 +74,8 @@ def _cases(tmp):
                                         f"--offload-ratio 0.5: strategy '{s}' keeps no part of an offloaded optimizer on "
                                         f"the GPU; use zero3_offload, or drop --offload-ratio")
            for s in ("ddp", "fsdp", "fsdp_offload", "zero2_offload", "zero3", "zero3_offload_all")},
-        "experiment the preset lacks": (["--strategy", "fsdp", "--experiments", "fused-step"],
-                                        "--experiments fused-step: strategy 'fsdp' offers no experiment 'fused-step'; "
+        "experiment the preset lacks": (["--strategy", "ddp", "--experiments", "fused-step"],
+                                        "--experiments fused-step: strategy 'ddp' offers no experiment 'fused-step'; "
                                         "it offers: none; drop --experiments"),
         "unknown experiment": (["--strategy", "zero3", "--experiments", "lean-config,nope"],
                                "--experiments lean-config,nope: strategy 'zero3' offers no experiment 'nope'; it offers: "
