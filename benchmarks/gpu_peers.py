@@ -31,12 +31,13 @@ from benchmarks.gpu_strategies import run_shardlab, versions  # noqa: E402
 
 
 def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int, ac: bool, port: int,
-             grad_accum: int = 1) -> dict:
+             grad_accum: int = 1, logging_steps: int = 1) -> dict:
     base, liger = mode.removesuffix("_liger"), mode.endswith("_liger")
     result = out / f"hf-{model}-{mode}-mb{mb}-{time.time_ns()}.json"
     args = ["--model", model, "--mode", base, "--micro-batch-size", str(mb), "--steps", str(steps), "--warmup", str(warmup)] \
         + (["--liger"] if liger else []) + (["--activation-checkpointing"] if ac else []) \
-        + (["--grad-accum", str(grad_accum)] if grad_accum != 1 else [])
+        + (["--grad-accum", str(grad_accum)] if grad_accum != 1 else []) \
+        + (["--logging-steps", str(logging_steps)] if logging_steps != 1 else [])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(port),
            str(HERE / "hf_peer.py"), *args, "--out", str(result)]
     t0 = time.perf_counter()
@@ -75,6 +76,8 @@ def main() -> None:
                                                                "(the selector's offload batch: 131,072 tokens a step)")
     ap.add_argument("--extra", default="", help="more flags for shardlab's side (a lever); its tag names it")
     ap.add_argument("--tag", default="default")
+    ap.add_argument("--peer-logging-steps", type=int, default=1, help="the Trainer logs (a host sync) every N steps; its "
+                                                                      "tag: logN where N is not 1")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,9 +124,11 @@ def main() -> None:
                 else:
                     port += 1
                     runs[system, name].append(run_peer(out, a.model, name, a.micro_batch_size, steps, warmup,
-                                                       a.activation_checkpointing, port, a.grad_accum))
+                                                       a.activation_checkpointing, port, a.grad_accum,
+                                                       a.peer_logging_steps))
+        peer_tag = "default" if a.peer_logging_steps == 1 else f"log{a.peer_logging_steps}"
         for system, name in sides:
-            record(system, name, a.tag if system == "shardlab" else "default", runs[system, name])
+            record(system, name, a.tag if system == "shardlab" else peer_tag, runs[system, name])
     write_table(doc, out / "gpu_peers.md")
 
 

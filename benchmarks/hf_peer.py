@@ -3,16 +3,17 @@
 The same model shape as `recipe run --model M` (shardlab's own LlamaConfig for M, so the 3B shape has its tied
 embeddings, 128k vocabulary and llama3 rope scaling), random weights, sequences of --seq-len random tokens,
 bf16 autocast over fp32 master weights (`bf16=True`), AdamW with shardlab's defaults (betas 0.9/0.95, eps 1e-8,
-no weight decay, gradient clipping at 1.0), no accumulation, a loss logged every step (a host sync, as shardlab's
-per-step loss is). The Trainer's backends as its documentation configures them:
+no weight decay, gradient clipping at 1.0), no accumulation, a loss logged every step (the Trainer reads it with a host
+sync at each logging step; --logging-steps N: every N steps). The Trainer's backends as its documentation configures them:
 - fsdp2: `fsdp="full_shard auto_wrap"`, fsdp_version 2, LlamaDecoderLayer wrapped, reshard after forward, fused AdamW;
 - zero3: DeepSpeed ZeRO-3 with overlap_comm, contiguous gradients and the Trainer's "auto" bucket sizes;
 - zero3_offload: the same with the optimizer on the CPU (pinned), DeepSpeed's CPU Adam;
 - plain: no sharding (one GPU), fused AdamW.
 `--liger` sets `use_liger_kernel=True` (Liger's fused RMSNorm, SwiGLU, RoPE and linear+cross-entropy).
 
-Timing: every optimizer step's end is a CUDA sync; a step's time is from the previous step's end to its own
-(data loading, logging and the optimizer included, as shardlab's step_s), the median after --warmup steps.
+Timing: a CUDA event at every optimizer step's end, recorded without waiting (the clock adds no sync of its own); a
+step's time is from the previous step's end to its own on the GPU's clock (data loading, logging and the optimizer
+included, as shardlab's step_s), the median after --warmup steps.
 
 Usage (GPU machine; torchrun gives DeepSpeed and FSDP their process group):
     torchrun --nproc_per_node 1 benchmarks/hf_peer.py --model llama-1b --mode fsdp2 --liger --micro-batch-size 8 \
@@ -53,7 +54,7 @@ def trainer_arguments(a: argparse.Namespace, out_dir: str):
     kw = dict(output_dir=out_dir, per_device_train_batch_size=a.micro_batch_size, max_steps=a.warmup + a.steps,
               gradient_accumulation_steps=a.grad_accum,
               bf16=torch.cuda.is_available(), learning_rate=a.lr, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.0,
-              max_grad_norm=1.0, lr_scheduler_type="constant", logging_steps=1, report_to=[], save_strategy="no",
+              max_grad_norm=1.0, lr_scheduler_type="constant", logging_steps=a.logging_steps, report_to=[], save_strategy="no",
               dataloader_num_workers=2, disable_tqdm=True, use_liger_kernel=a.liger,
               gradient_checkpointing=a.activation_checkpointing)
     if a.mode.startswith("zero3"):
@@ -89,6 +90,7 @@ def main() -> None:
     ap.add_argument("--activation-checkpointing", action="store_true")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--logging-steps", type=int, default=1, help="the Trainer logs (and syncs for) the loss every N steps")
     ap.add_argument("--profile", help="write a profile of optimizer steps 6..8 here (recipes/profile.py's summary)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -102,16 +104,29 @@ def main() -> None:
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
-            self.ends: list[float] = []
+            self.ends: list = []  # CUDA events on a GPU, perf_counter() otherwise
             self.losses: list[float] = []
+
+        def mark(self) -> None:
+            if torch.cuda.is_available():
+                event = torch.cuda.Event(enable_timing=True)
+                event.record()
+                self.ends.append(event)
+            else:
+                self.ends.append(time.perf_counter())
+
+        def step_s(self) -> list[float]:
+            sync()
+            if torch.cuda.is_available():
+                return [e.elapsed_time(b) / 1e3 for e, b in zip(self.ends, self.ends[1:])]
+            return [b - e for e, b in zip(self.ends, self.ends[1:])]
 
         def on_train_begin(self, args, state, control, **kw):
             sync()
-            self.ends.append(time.perf_counter())
+            self.mark()
 
         def on_step_end(self, args, state, control, **kw):
-            sync()
-            self.ends.append(time.perf_counter())
+            self.mark()
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs:
@@ -144,7 +159,7 @@ def main() -> None:
     wall = time.perf_counter() - t0
     if int(os.environ.get("RANK", 0)) != 0:
         return
-    step_s = [b - e for e, b in zip(clock.ends, clock.ends[1:])]
+    step_s = clock.step_s()
     median = statistics.median(step_s[a.warmup:])
     tokens_per_s = a.micro_batch_size * a.grad_accum * a.seq_len / median
     versions = {}
@@ -162,7 +177,7 @@ def main() -> None:
               "wall_s": round(wall, 1), "versions": versions, "trainer_args": {
                   k: v for k, v in args.to_dict().items() if k in (
                       "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "optim", "fsdp", "fsdp_config", "deepspeed", "max_grad_norm",
-                      "use_liger_kernel", "gradient_checkpointing", "dataloader_num_workers", "adam_beta2")}}
+                      "use_liger_kernel", "gradient_checkpointing", "dataloader_num_workers", "adam_beta2", "logging_steps")}}
     Path(a.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("mode", "model", "tokens_per_s", "mfu", "peak_memory_bytes")}))
 

@@ -15,6 +15,7 @@ import torch
 KINDS = (
     ("communication", r"nccl|all_gather|reduce_scatter|allreduce"),
     ("attention", r"flash|fmha|attention|sdpa|cudnn.*(sdp|mha)"),
+    ("copies", r"multi_tensor_apply.*CopyFunctor"),  # a foreach copy (fsdp's direct-cast), not the optimizer's
     ("optimizer", r"multi_tensor|adam|foreach|fused_adamw"),
     ("matmul", r"gemm|cutlass|xmma|nvjet|cublas|sm\d+_.*_tn|matmul"),
     ("triton (Liger, compile)", r"triton|liger|^_\w+$|^element_mul_kernel|poi_fused|red_fused|per_fused"),

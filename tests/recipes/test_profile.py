@@ -14,6 +14,8 @@ def test_kernel_kinds():
         "_rms_norm_forward_kernel": "triton (Liger, compile)",
         "triton_poi_fused_add_mul_0": "triton (Liger, compile)",
         "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...FusedAdamMathFunctor...>": "optimizer",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "TensorListMetadata<2>, at::native::(anonymous namespace)::CopyFunctor<c10::BFloat16, float, 2, 1, 1>>": "copies",
         "ncclDevKernel_AllGather_RING_LL": "communication",
         "Memcpy DtoD (Device -> Device)": "copies",
         "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>": "elementwise",
