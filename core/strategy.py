@@ -189,6 +189,10 @@ class Strategy(ABC):
             raise UserError(f"--experiments {','.join(ctx.experiments)}: strategy '{self.name}' offers no experiment "
                             f"{unknown}; it offers: " + (f"{offered} (`recipe strategies` describes them)" if offered
                                                          else "none; drop --experiments"))
+        for name in ctx.experiments:
+            why = self.experiment_refusal(name, ctx.precision)
+            if why:
+                raise UserError(f"--experiments {name}: {why}")
         defaults = RunContext.__dataclass_fields__["loss_scale"].default
         for i, knob in enumerate(("initial_power", "window", "hysteresis", "min")):
             if ctx.loss_scale[i] != defaults[i] and knob not in self.loss_scale_knobs:
@@ -226,8 +230,13 @@ class Strategy(ABC):
 
     def default_experiments(self, precision: str) -> tuple[str, ...]:
         """The levers a run in this precision gets when --experiments is not given: Capabilities.default_experiments,
-        less any it cannot take (an adapter drops those its `check` would refuse)."""
-        return self.capabilities.default_experiments
+        less those `experiment_refusal` refuses here."""
+        return tuple(n for n in self.capabilities.default_experiments if not self.experiment_refusal(n, precision))
+
+    def experiment_refusal(self, name: str, precision: str) -> str:
+        """Why lever `name` cannot run in this precision with the installed libraries ('' where it can): `check`
+        refuses it in those words, and the defaults leave it out. Default: every lever can run."""
+        return ""
 
     def fused_adamw(self, ctx: RunContext) -> bool:
         """Whether `optimizer`'s AdamW is torch's fused one (one kernel per step): on GPUs, not under 16-mixed,

@@ -241,12 +241,8 @@ class ZeRO(Strategy):
             }}
         return super().external_config(fmt, ctx, spec)
 
-    def check(self, ctx: RunContext) -> None:
-        super().check(ctx)
-        experiments.check(ctx.experiments, ctx.precision)
-
-    def default_experiments(self, precision: str) -> tuple[str, ...]:
-        return experiments.defaults(self.capabilities.default_experiments, precision)
+    def experiment_refusal(self, name: str, precision: str) -> str:
+        return experiments.refusal(name, precision)
 
     def warnings(self, ctx: RunContext) -> list[str]:
         # On a GPU the ratio is measured (one H200, llama-1b: losses within bf16 noise of ratio 1, the peak within 0.1%

@@ -54,32 +54,19 @@ def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any])
         zero["sub_group_size"] = GPU_CAST_SUB_GROUP_SIZE
 
 
-def _refusal(name: str, precision: str) -> str:
-    """Why lever `name` cannot run here ('' where it can)."""
+def refusal(name: str, precision: str) -> str:
+    """Why lever `name` cannot run here ('' where it can): fused-step and gpu-cast only under the DeepSpeed whose private
+    methods they replace; fused-step not under fp16 loss scaling."""
     from importlib.metadata import version
 
+    if name not in PRIVATE:
+        return ""
     if version("deepspeed") != PRIVATE_DEEPSPEED:
         return (f"written against DeepSpeed {PRIVATE_DEEPSPEED}, and deepspeed {version('deepspeed')} is installed; "
                 f"pip install deepspeed=={PRIVATE_DEEPSPEED} or drop the experiment")
     if name == "fused-step" and precision == "16-mixed":  # its loss-scale arithmetic never ran: fp16 is GPU-only, unmeasured
         return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
     return ""
-
-
-def defaults(names: tuple[str, ...], precision: str) -> tuple[str, ...]:
-    """The default levers this run can take: those `check` would accept."""
-    return tuple(n for n in names if n not in PRIVATE or not _refusal(n, precision))
-
-
-def check(names: tuple[str, ...], precision: str) -> None:
-    """fused-step and gpu-cast only under the DeepSpeed whose private methods they replace; fused-step not under fp16
-    loss scaling."""
-    from shardlab.core.errors import UserError
-
-    for name in names:
-        why = _refusal(name, precision) if name in PRIVATE else ""
-        if why:
-            raise UserError(f"--experiments {name}: {why}")
 
 
 def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from shardlab.core import memory
-from shardlab.core.errors import UserError
 from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
@@ -100,13 +99,8 @@ class FSDP2(Strategy):
             direct_cast.install(model)
         return model
 
-    def check(self, ctx: RunContext) -> None:
-        super().check(ctx)
-        if "direct-cast" in ctx.experiments and direct_cast.refusal():
-            raise UserError(f"--experiments direct-cast: {direct_cast.refusal()}")
-
-    def default_experiments(self, precision: str) -> tuple[str, ...]:
-        return tuple(n for n in self.capabilities.default_experiments if n != "direct-cast" or not direct_cast.refusal())
+    def experiment_refusal(self, name: str, precision: str) -> str:
+        return direct_cast.refusal() if name == "direct-cast" else ""
 
     def after_optimizer_step(self, model: torch.nn.Module, ctx: RunContext) -> None:
         if ctx.float8:  # the next all-gather's float8 scales, from the new weights: one all-reduce, not one per weight

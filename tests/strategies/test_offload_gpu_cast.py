@@ -51,11 +51,17 @@ def test_gpu_cast_is_refused_under_another_deepspeed_and_offered_by_zero3_offloa
 
     from shardlab.core import registry
     from shardlab.core.errors import UserError
-    from shardlab.strategies import deepspeed_experiments as ex
+    from shardlab.core.strategy import RunContext
 
     assert "gpu-cast" in registry.get("zero3_offload").capabilities.experiments
     assert "gpu-cast" not in registry.get("zero3").capabilities.experiments
-    ex.check(("gpu-cast",), "16-mixed")  # no loss-scale arithmetic of its own
+    offload = registry.get("zero3_offload").build()
+
+    def check(precision: str) -> None:
+        offload.check(RunContext(accelerator="gpu", devices=1, num_nodes=1, precision=precision, grad_accum=1,
+                                 grad_clip=1.0, micro_batch_size=8, experiments=("gpu-cast",)))
+
+    check("16-mixed")  # no loss-scale arithmetic of its own
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
     with pytest.raises(UserError, match=r"^--experiments gpu-cast: written against DeepSpeed 0\.19\.8"):
-        ex.check(("gpu-cast",), "bf16-mixed")
+        check("bf16-mixed")

@@ -89,17 +89,24 @@ def test_fused_step_is_refused_under_another_deepspeed_and_16_mixed(monkeypatch)
     under fp16 loss scaling it has never run. zero3's defaults leave it out there instead."""
     import importlib.metadata
 
+    from shardlab.core import registry
     from shardlab.core.errors import UserError
-    from shardlab.strategies import deepspeed_experiments as ex
+    from shardlab.core.strategy import RunContext
 
-    ex.check(("fused-step",), "bf16-mixed")  # the installed (pinned) version
-    assert ex.defaults(ex.ZERO3_DEFAULTS, "bf16-mixed") == ("lean-config", "fused-step")
+    zero3 = registry.get("zero3").build()
+
+    def check(names: tuple[str, ...], precision: str) -> None:
+        zero3.check(RunContext(accelerator="gpu", devices=1, num_nodes=1, precision=precision, grad_accum=1,
+                               grad_clip=1.0, micro_batch_size=8, experiments=names))
+
+    check(("fused-step",), "bf16-mixed")  # the installed (pinned) version
+    assert zero3.default_experiments("bf16-mixed") == ("lean-config", "fused-step")
     with pytest.raises(UserError, match=r"^--experiments fused-step: not yet run under fp16 loss scaling"):
-        ex.check(("fused-step",), "16-mixed")
-    assert ex.defaults(ex.ZERO3_DEFAULTS, "16-mixed") == ("lean-config",)
+        check(("fused-step",), "16-mixed")
+    assert zero3.default_experiments("16-mixed") == ("lean-config",)
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
     with pytest.raises(UserError, match=r"--experiments fused-step: written against DeepSpeed 0\.19\.8, and deepspeed "
                                         r"0\.20\.1 is installed"):
-        ex.check(("lean-config", "fused-step"), "bf16-mixed")
-    ex.check(("lean-config",), "bf16-mixed")  # settings only: any version
-    assert ex.defaults(ex.ZERO3_DEFAULTS, "bf16-mixed") == ("lean-config",)
+        check(("lean-config", "fused-step"), "bf16-mixed")
+    check(("lean-config",), "bf16-mixed")  # settings only: any version
+    assert zero3.default_experiments("bf16-mixed") == ("lean-config",)
