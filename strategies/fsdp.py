@@ -12,6 +12,7 @@ from shardlab.core import memory
 from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
+from shardlab.strategies import fsdp_clip_in_adamw as clip_in_adamw
 from shardlab.strategies import fsdp_direct_cast as direct_cast
 from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero
 
@@ -61,6 +62,7 @@ _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # dtype na
 class FSDP2(Strategy):
     def __init__(self, offload: bool = False, reshard_after_forward: bool = True) -> None:
         self.offload, self.reshard_after_forward = offload, reshard_after_forward
+        self._clip_into: Optional[torch.optim.Optimizer] = None  # clip-in-adamw: the AdamW the clip factor goes to
 
     def lightning_strategy(self, ctx: RunContext) -> ModelParallelStrategy:
         from lightning.pytorch.strategies import ModelParallelStrategy
@@ -102,7 +104,22 @@ class FSDP2(Strategy):
     def experiment_refusal(self, name: str, precision: str) -> str:
         return direct_cast.refusal() if name == "direct-cast" else ""
 
+    def optimizer(self, params, spec, ctx: RunContext) -> torch.optim.Optimizer:
+        optimizer = super().optimizer(params, spec, ctx)
+        self._clip_into = optimizer if "clip-in-adamw" in ctx.experiments else None
+        return optimizer
+
+    def fused_adamw(self, ctx: RunContext) -> bool:
+        return "clip-in-adamw" in ctx.experiments or super().fused_adamw(ctx)
+
+    def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
+        if self._clip_into is None:
+            return super().clip_gradients(model, max_norm)
+        clip_in_adamw.clip(model, max_norm, self._clip_into)
+
     def after_optimizer_step(self, model: torch.nn.Module, ctx: RunContext) -> None:
+        if self._clip_into is not None:
+            clip_in_adamw.clear(self._clip_into)
         if ctx.float8:  # the next all-gather's float8 scales, from the new weights: one all-reduce, not one per weight
             from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
@@ -201,11 +218,14 @@ def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.devic
             local.copy_(source.read(name, rows=(start, start + local.shape[0])))
 
 
-# fsdp's levers (--experiments); direct-cast: see strategies/fsdp_direct_cast.py
+# fsdp's levers (--experiments); see strategies/fsdp_direct_cast.py and fsdp_clip_in_adamw.py
 FSDP_EXPERIMENTS = {
     "direct-cast": "on one rank (one GPU), each layer's fp32 weights cast into its 16-bit ones by one foreach kernel, "
                    "and its gradients reduced in the buffer they were gathered into (torch's one-rank path copies each "
                    "weight twice and the gradient buffer once more); same values; more ranks keep torch's own path",
+    "clip-in-adamw": "the gradient clip folded into the fused AdamW's step (its kernel divides by the clip factor while "
+                     "it steps; no separate pass over the gradients), as zero3's fused-step clips; the clip rounds once "
+                     "differently where it clips",
 }
 _FSDP_CAPS = dict(portable_checkpoint=True, float8=True, shards_optimizer=True, shards_gradients=True, shards_parameters=True,
                   precisions=("32-true", "bf16-mixed", "bf16-true"))
@@ -215,7 +235,7 @@ PRESETS = [
         description="PyTorch FSDP2 (fully_shard per decoder layer): parameters, gradients, optimizer sharded",
         # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md)
         capabilities=Capabilities(compile_by_default=True, selector_role="small", experiments=FSDP_EXPERIMENTS,
-                                  default_experiments=("direct-cast",), **_FSDP_CAPS),
+                                  default_experiments=("direct-cast", "clip-in-adamw"), **_FSDP_CAPS),
     ),
     Preset(
         name="fsdp_offload", strategy_cls=FSDP2, family="fsdp", kwargs={"offload": True},

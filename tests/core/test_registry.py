@@ -48,7 +48,7 @@ def test_recipe_strategies_table(in_process):
     rc, out, _ = in_process("strategies", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step"}
-    assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast"]
-    assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast"]
+    assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw"]
+    assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw"]
     assert rows["ddp"]["capabilities"]["experiments"] == {}
     assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step"]

@@ -21,7 +21,7 @@ ONE_RANK = (*LLAMA3, "--devices", "1", "--precision", "bf16-mixed", "--grad-clip
 def test_direct_cast_trains_what_torchs_one_rank_path_trains(train, tmp_path, monkeypatch):
     trace = tmp_path / "trace.txt"
     monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    cast = train("fsdp", *ONE_RANK)  # fsdp's default
+    cast = train("fsdp", *ONE_RANK, "--experiments", "direct-cast")
     monkeypatch.delenv("SHARDLAB_TRACE")
     stock = train("fsdp", *ONE_RANK, "--experiments", "none")
     assert cast["config"]["experiments"] == ["direct-cast"] and stock["config"]["experiments"] == []
@@ -44,9 +44,9 @@ def test_direct_cast_is_refused_and_left_out_of_the_defaults_under_an_unread_tor
     from shardlab.strategies import fsdp_direct_cast
 
     fsdp = registry.get("fsdp").build()
-    assert fsdp.default_experiments("bf16-mixed") == ("direct-cast",)
+    assert fsdp.default_experiments("bf16-mixed") == ("direct-cast", "clip-in-adamw")
     monkeypatch.setattr(fsdp_direct_cast, "version", lambda name: "2.99.0+cu130")
-    assert fsdp.default_experiments("bf16-mixed") == ()
+    assert fsdp.default_experiments("bf16-mixed") == ("clip-in-adamw",)
     ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1, grad_clip=1.0,
                      micro_batch_size=8, experiments=("direct-cast",))
     with pytest.raises(UserError, match="direct-cast: written against the private FSDP2 code of torch 2.11, 2.12, "

@@ -1,0 +1,50 @@
+"""fsdp's `clip-in-adamw` lever (strategies/fsdp_clip_in_adamw.py): the clip factor divided out inside the fused AdamW.
+
+In-process: one AdamW step with the factor as grad_scale against torch's clip_grad_norm_ and the same fused step, where
+the norm is over the threshold (one rounding apart) and under it (the same to the bit). One CPU rank through FSDP2
+(DTensor gradients, the norm made whole): the Llama 3 shape in bf16-mixed, clipped every step, fsdp's defaults
+against torch's clip and AdamW (`--experiments none`).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from shardlab.strategies import fsdp_clip_in_adamw
+from tests.strategies.test_fsdp_direct_cast import ONE_RANK
+
+
+def _step(clip_in_adamw: bool, max_norm: float) -> torch.Tensor:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+    model(torch.randn(8, 16)).square().sum().backward()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    if clip_in_adamw:
+        fsdp_clip_in_adamw.clip(model, max_norm, optimizer)
+    else:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    fsdp_clip_in_adamw.clear(optimizer)
+    assert optimizer.grad_scale is None
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_the_clip_divided_out_in_adamw_is_torchs_clip():
+    clipped, reference = _step(True, 0.5), _step(False, 0.5)
+    assert torch.allclose(clipped, reference, rtol=1e-6, atol=0) and not torch.equal(clipped, reference)
+    assert torch.equal(_step(True, 1e6), _step(False, 1e6))  # under the threshold: nothing divided, same bits
+
+
+def test_fsdp_one_rank_trains_with_the_clip_in_adamw(train, tmp_path, monkeypatch):
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
+    folded = train("fsdp", *ONE_RANK)  # fsdp's defaults: direct-cast and clip-in-adamw
+    monkeypatch.delenv("SHARDLAB_TRACE")
+    stock = train("fsdp", *ONE_RANK, "--experiments", "none")  # torch's clip and AdamW (and test_fsdp_direct_cast's run)
+    assert folded["config"]["experiments"] == ["direct-cast", "clip-in-adamw"]
+    steps = len(stock["losses"])
+    assert Counter(line.split()[0] for line in trace.read_text().splitlines())["fsdp-clip-in-adamw"] == steps
+    assert folded["losses"][0] == stock["losses"][0]  # before any step
+    for a, b in zip(folded["losses"], stock["losses"]):
+        assert abs(a - b) <= 2e-3 * abs(b), (folded["losses"], stock["losses"])
