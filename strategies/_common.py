@@ -25,6 +25,15 @@ def to_cpu_fp32(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", torch.float32).clone() for k, v in state.items()}
 
 
+def clip_divisor(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """What a fused AdamW's `grad_scale` divides every gradient by (its kernel does, while it steps) to clip them to a
+    global norm of `max_norm`: (norm + 1e-6) / max_norm where that is over 1, else 1. torch's clip_grad_norm_ multiplies
+    by the reciprocal instead, in a pass of its own. fsdp's clip-in-adamw and zero3's fused-step both clip this way."""
+    import torch
+
+    return torch.clamp((norm + 1e-6) / max_norm, min=1.0)
+
+
 # Portable checkpoints (recipes/portable.py): every backend steps an Adam whose per-tensor state is
 # {"step", "exp_avg", "exp_avg_sq"}: torch's AdamW (DDP, FSDP2, DeepSpeed's ZeRO over its flat fp32
 # partitions) or DeepSpeedCPUAdam (ZeRO-Offload: the same keys, `step` a Python int). Both create that

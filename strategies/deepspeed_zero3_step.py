@@ -28,6 +28,7 @@ from typing import Optional
 import torch
 
 from shardlab.core import trace
+from shardlab.strategies._common import clip_divisor
 
 def install(zero) -> None:
     """Replace the three steps on this DeepSpeedZeroOptimizer_Stage3 instance (ZeRO-3 without optimizer offload)."""
@@ -97,8 +98,7 @@ def _clip_in_optimizer(self, sub_group_id, total_norm):
     grad = self.fp32_partitioned_groups_flat[sub_group_id].grad
     combined = torch.tensor(float(self.loss_scale), dtype=torch.float32, device=grad.device)
     if self.clip_grad > 0.:  # DeepSpeed's arithmetic: the norm is of the scaled gradients
-        clip = ((total_norm.to(grad.device, torch.float32) / self.loss_scale) + 1e-6) / self.clip_grad
-        combined = torch.clamp(clip, min=1.0) * self.loss_scale
+        combined = clip_divisor(total_norm.to(grad.device, torch.float32) / self.loss_scale, self.clip_grad) * self.loss_scale
     self.optimizer.grad_scale = combined.reshape(())
     if trace.enabled():
         trace.note("zero3-clip-in-adamw")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shardlab.core import trace
+from shardlab.strategies._common import clip_divisor
 
 if TYPE_CHECKING:
     import torch
@@ -37,7 +38,7 @@ def clip(model: torch.nn.Module, max_norm: float, optimizer: torch.optim.Optimiz
     norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if isinstance(norm, DTensor):  # FSDP2: a partial norm on each rank; the whole one on all
         norm = norm.full_tensor()
-    optimizer.grad_scale = torch.clamp((norm.float() + 1e-6) / max_norm, min=1.0)
+    optimizer.grad_scale = clip_divisor(norm.float(), max_norm)
     trace.note("fsdp-clip-in-adamw")
 
 
