@@ -22,6 +22,8 @@ ZERO3 = {
                    "Python linear wrapper turned off",
     "fused-step": "the clip norm in one fp32 foreach kernel (not per tensor in fp64), the fp32 gradient cast from its "
                   "flat buffer (no concatenated copy) and the clip folded into a fused AdamW",
+    "no-fetch-sync": "on a one-rank group, each module's fetch without DeepSpeed's host wait for the GPU (the partition "
+                     "is already the parameter, on this device)",
 }
 ZERO3_DEFAULTS = ("lean-config", "fused-step")
 ZERO3_OFFLOAD = {
@@ -34,11 +36,11 @@ ZERO3_OFFLOAD = {
 }
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ()
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
-PRIVATE = ("fused-step", "gpu-cast")  # levers that replace DeepSpeed's private methods: its version pinned
+PRIVATE = ("fused-step", "gpu-cast", "no-fetch-sync")  # levers that replace DeepSpeed's private methods: its version pinned
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 
-PRIVATE_DEEPSPEED = "0.19.8"  # fused-step and gpu-cast replace private methods of this version's ZeRO-3
+PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast and no-fetch-sync replace private code of this version's ZeRO-3
 
 
 def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any]) -> None:
@@ -55,8 +57,8 @@ def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any])
 
 
 def refusal(name: str, precision: str) -> str:
-    """Why lever `name` cannot run here ('' where it can): fused-step and gpu-cast only under the DeepSpeed whose private
-    methods they replace; fused-step not under fp16 loss scaling."""
+    """Why lever `name` cannot run here ('' where it can): fused-step, gpu-cast and no-fetch-sync only under the DeepSpeed
+    whose private code they replace; fused-step not under fp16 loss scaling."""
     from importlib.metadata import version
 
     if name not in PRIVATE:

@@ -20,7 +20,8 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
     which then fails comparing None with an int. setup_environment, setup_distributed and
     _setup_model_and_optimizer fix that; `backward` fixes a numerics bug on every device (see there).
     experiments: the run's levers; zero3's `fused-step` replaces three parts of the ZeRO-3 step
-    (deepspeed_zero3_step.py), zero3_offload's `gpu-cast` the copy of CPU-stepped weights (deepspeed_offload_cast.py).
+    (deepspeed_zero3_step.py), `no-fetch-sync` its one-rank fetch (deepspeed_fetch.py), zero3_offload's `gpu-cast` the
+    copy of CPU-stepped weights (deepspeed_offload_cast.py).
     """
 
     def __init__(self, *args, experiments: tuple[str, ...] = (), **kwargs) -> None:
@@ -73,6 +74,10 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             dist_init_required=False,
         )
         share_backup_optimizer(ds_optimizer)
+        if "no-fetch-sync" in self.experiments:
+            from shardlab.strategies import deepspeed_fetch
+
+            deepspeed_fetch.install(engine.module)
         if "fused-step" in self.experiments:
             from shardlab.strategies import deepspeed_zero3_step
 

@@ -44,10 +44,11 @@ def test_recipe_strategies_table(in_process):
     zero3 = out.split("\n  zero3 ", 1)[1].splitlines()  # its row, then one line per experiment under it
     assert zero3[1].startswith("    --experiments lean-config: ") and zero3[2].startswith("    --experiments fused-step: ")
     assert all(line.endswith(" (on by default; --experiments none: off)") for line in zero3[1:3])
-    assert zero3[3].startswith("  zero3_offload ")  # the presets without experiments list none
+    assert zero3[3].startswith("    --experiments no-fetch-sync: ") and "by default" not in zero3[3]  # offered only
+    assert zero3[4].startswith("  zero3_offload ")
     rc, out, _ = in_process("strategies", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step"}
+    assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step", "no-fetch-sync"}
     assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw"]
     assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw"]
     assert rows["ddp"]["capabilities"]["experiments"] == {}
