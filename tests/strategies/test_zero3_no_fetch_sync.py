@@ -3,8 +3,9 @@
 One rank on CPU takes DeepSpeed's one-rank fetch (no gather) as one GPU does: the Llama 3 shape (tests/conftest.py
 LLAMA3, tied embeddings, validation and a checkpoint on the way) in bf16-mixed with clipping, zero3's defaults with and
 without the lever. The lever changes which handle marks a fetched parameter available, not its data: the losses and
-validation losses must be equal to the bit, and SHARDLAB_TRACE counts the lever's fetches. Its refusal under another
-DeepSpeed is checked in-process.
+validation losses must be equal to the bit, and SHARDLAB_TRACE counts the lever's fetches. On 2 ranks DeepSpeed gathers
+for real and the lever does nothing: the same losses as test_parity's zero3 run, and no fetch of its own. Its refusal
+under another DeepSpeed is checked in-process.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections import Counter
 
 import pytest
 
+from tests.conftest import LLAMA3
 from tests.strategies.test_fsdp_direct_cast import ONE_RANK
 
 DEFAULTS = "lean-config,fused-step"
@@ -30,6 +32,15 @@ def test_no_fetch_sync_trains_what_deepspeeds_one_rank_fetch_trains(train, tmp_p
     events = Counter(line.split()[0] for line in trace.read_text().splitlines())
     # the tiny model keeps most parameters gathered (DeepSpeed's persistence threshold); the rest are fetched each step
     assert events["zero3-fetch-no-sync"] >= len(stock["losses"]), events
+
+
+def test_no_fetch_sync_leaves_a_two_rank_gather_to_deepspeed(train, tmp_path, monkeypatch):
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
+    lever = train("zero3", *LLAMA3, "--experiments", f"{DEFAULTS},no-fetch-sync")
+    monkeypatch.delenv("SHARDLAB_TRACE")
+    assert lever["world_size"] == 2 and lever["losses"] == train("zero3", *LLAMA3)["losses"]  # zero3's defaults
+    assert "zero3-fetch-no-sync" not in trace.read_text()
 
 
 def test_no_fetch_sync_is_refused_under_another_deepspeed(monkeypatch):
