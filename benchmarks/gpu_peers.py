@@ -12,6 +12,9 @@ Usage (GPU machine, repo root, shardlab importable):
         --pairs "fsdp=fsdp2_liger,fsdp2;zero3=zero3_liger,zero3;zero3_offload=zero3_offload" [--rounds 2]
 Writes OUT/gpu_peers.json (date, device, versions, rows of {shape, micro_batch_size, system, strategy,
 tokens_per_s, mfu, peak_memory_bytes, command, ...}; rewritten after every run) and OUT/gpu_peers.md.
+With SHARDLAB_AB=LEVER in the environment (the lever among --extra's --experiments) a shardlab row also carries
+`lever_ab`: the lever off and on in alternating blocks of the same run (recipes/lever_ab.py); its tokens_per_s then
+mixes both sides, and the figure to read is lever_ab's speedup.
 """
 from __future__ import annotations
 
@@ -100,11 +103,15 @@ def main() -> None:
             first = ok[0]
             row.update(tokens_per_s=tps, mfu=first["mfu"] * tps / first["tokens_per_s"], peak_memory_bytes=first["peak_memory_bytes"],
                        command=first["command"], losses=first["losses"], config=first.get("config"))
+            if first.get("lever_ab"):  # SHARDLAB_AB: the lever off and on within the run; its figure is the speedup
+                row["lever_ab"] = first["lever_ab"]
         key = lambda r: (r["shape"], r["micro_batch_size"], r.get("grad_accum", 1), r["activation_checkpointing"],
                          r["system"], r["strategy"], r["tag"])
         doc["rows"] = [r for r in doc["rows"] if key(r) != key(row)] + [row]
         results.write_text(json.dumps(doc, indent=1))
+        ab = row.get("lever_ab") or {}
         print(json.dumps({k: row.get(k) for k in ("shape", "system", "strategy", "tag", "tokens_per_s", "mfu", "peak_memory_bytes")}
+                         | ({"ab": [ab["lever"], ab["tokens_per_s"], ab["speedup"], ab["speedup_95"]]} if ab else {})
                          | ({"error": runs[-1].get("error", "")[-300:]} if not ok else {})), flush=True)
 
     extra = a.extra.split()

@@ -82,7 +82,9 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
             "peak_memory_bytes": max(s["peak_memory_bytes"]), "losses": [round(x, 4) for x in s["losses"][:4]],
             "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]], "wall_s": wall,
             "estimate_gpu_bytes": (s.get("memory_estimate") or {}).get("gpu_bytes"), "config": s["config"],
-            "command": "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
+            "lever_ab": s.get("lever_ab"),  # SHARDLAB_AB set: the lever off and on within this run (recipes/lever_ab.py)
+            "command": (f"SHARDLAB_AB={os.environ['SHARDLAB_AB']} " if os.environ.get("SHARDLAB_AB") else "")
+            + "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
 
 
 def main() -> None:

@@ -58,6 +58,9 @@ class Capabilities(BaseModel):
     default_experiments: tuple[str, ...] = ()
     """Those of `experiments` a run gets unless --experiments names its own (`--experiments none`: none): only levers
     measured faster on a GPU with the same losses, their memory measured too (benchmarks/gpu_memory.py)."""
+    switchable: tuple[str, ...] = ()
+    """Those of `experiments` that can be switched off and on between the steps of one run (core/switches.py): a
+    paired A/B of their speed in one process (`SHARDLAB_AB=NAME recipe run ...`, recipes/lever_ab.py)."""
     selector_role: Optional[Literal["small", "large_single_node", "large", "offload_optimizer", "offload_all"]] = None
     """The branch of the selector's decision tree (core/selector.py) that picks this preset: small (< 10B, no
     offload), large_single_node (>= 10B on one node of < 8 GPUs), large (>= 10B otherwise), offload_optimizer,

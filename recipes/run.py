@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import torch
 
-from shardlab.core import registry
+from shardlab.core import registry, switches
 from shardlab.core.config import RunConfig, load_config
 from shardlab.core.errors import RunFailed, UserError
 from shardlab.core.resolved import ResolvedRun, write_json_atomic
@@ -89,6 +89,9 @@ def prepare(cfg: RunConfig) -> Prepared:
     run = resolve_run(cfg)
     c = run.config
     check_output(c.output)
+    if os.environ.get(switches.ENV):  # a diagnostic A/B of one lever (recipes/lever_ab.py)
+        switches.check(os.environ[switches.ENV], c.strategy, registry.get(c.strategy).capabilities.switchable,
+                       tuple(c.experiments or ()), c.max_steps)
     find_source(c.data, data_lib.embedded_corpus_path())  # before building weights: cheap failures first
     if c.val_data is not None:
         with validation_flag():
@@ -211,6 +214,12 @@ def train(p: Prepared) -> dict[str, Any] | None:
         from shardlab.recipes.profile import StepProfile
 
         callbacks.append(StepProfile(os.environ["SHARDLAB_PROFILE"]))
+    ab = None
+    if os.environ.get(switches.ENV):  # a diagnostic: the lever off and on in alternating blocks of steps
+        from shardlab.recipes.lever_ab import LeverAB
+
+        ab = LeverAB(os.environ[switches.ENV])
+        callbacks.append(ab)
     lightning_strategy = strategy.lightning_strategy(ctx)
     ckpt_path = str(p.resume / "state") if p.resume else None
     if p.resume:
@@ -253,6 +262,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
         "auto": p.run.auto, "decisions": p.run.decisions, "float8_linears": _float8_linears(module.model, ctx),
         "config": cfg.model_dump(), "model_folder": str(p.folder), "model": p.run.model,
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
+        "lever_ab": ab.result(recorder.step_s, tokens_per_step) if ab else None,
         "cpu_threads": torch.get_num_threads(),  # per rank: the node's cores shared out among its ranks (recipes/ranks.py)
     }
     if trainer.global_rank != 0:
@@ -383,6 +393,10 @@ def main(args: argparse.Namespace) -> int:
         val = f", validation loss {summary['val_losses'][-1]['loss']:.4f}" if summary["val_losses"] else ""
         print(f"shardlab: loss {summary['losses'][0]:.4f} -> {summary['losses'][-1]:.4f}{val}, "
               f"{summary['tokens_per_s']:.0f} tokens/s, summary {Path(p.cfg.output) / 'summary.json'}")
+        if summary["lever_ab"]:
+            from shardlab.recipes.lever_ab import line
+
+            print(f"shardlab: {line(summary['lever_ab'])}")
     if in_rank:
         ranks.finish_rank()
     return 0

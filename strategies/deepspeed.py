@@ -381,6 +381,7 @@ PRESETS = [
                                   float8=name in ("zero2", "zero2_offload", "zero3"),
                                   selector_role=role, experiments=experiments.OFFERED.get(name, ({}, ()))[0],
                                   default_experiments=experiments.OFFERED.get(name, ({}, ()))[1],
+                                  switchable=experiments.SWITCHABLE.get(name, ()),
                                   **_ZERO_SHARDS[stage]),
     )
     for name, stage, offload, role, desc in [

@@ -39,6 +39,8 @@ GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two
 PRIVATE = ("fused-step", "gpu-cast", "no-fetch-sync")  # levers that replace DeepSpeed's private methods: its version pinned
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
+# those that can be switched off and on between steps of one run (Capabilities.switchable, SHARDLAB_AB)
+SWITCHABLE = {"zero3": ("no-fetch-sync",)}
 
 PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast and no-fetch-sync replace private code of this version's ZeRO-3
 

@@ -18,13 +18,14 @@ step instead of 31, but the device idles as long (43.6 against 44.3 ms a step): 
 host time in backward) keep it waiting, not the syncs. Tokens/s +0.7% on llama-1b (64,248 against 63,814) and +6.1%
 on the 3B shape (20,956 against 19,745), each in one pair with the lever run second; two later pairs of another
 setting, run in both orders, ran the second run 0.4% and 2.3% faster. So it is offered (`--experiments
-lean-config,fused-step,no-fetch-sync`), not a default, until pairs in both orders say more.
+lean-config,fused-step,no-fetch-sync`), not a default, until pairs in both orders say more: `SHARDLAB_AB=no-fetch-sync`
+switches it off and on between the steps of one run (core/switches.py), off taking DeepSpeed's fetch.
 """
 from __future__ import annotations
 
 import torch
 
-from shardlab.core import trace
+from shardlab.core import switches, trace
 
 MARK = "_shardlab_no_fetch_sync"
 
@@ -65,7 +66,7 @@ def _fetch(params: list, stock):
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
     device = torch.device(get_accelerator().current_device_name())
-    if not params or not all(getattr(p, MARK, False) and p.ds_tensor.device == device
+    if not params or not switches.on("no-fetch-sync") or not all(getattr(p, MARK, False) and p.ds_tensor.device == device
                              and not hasattr(p.ds_tensor, "ds_quant_scale") for p in params):
         return stock(params)
     for param in params:

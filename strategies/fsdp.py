@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from shardlab.core import memory
+from shardlab.core import memory, switches
 from shardlab.core.memory import ModelStates, Shape, Workload
 from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
@@ -113,7 +113,7 @@ class FSDP2(Strategy):
         return "clip-in-adamw" in ctx.experiments or super().fused_adamw(ctx)
 
     def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
-        if self._clip_into is None:
+        if self._clip_into is None or not switches.on("clip-in-adamw"):  # off: torch's clip, then the same AdamW
             return super().clip_gradients(model, max_norm)
         clip_in_adamw.clip(model, max_norm, self._clip_into)
 
@@ -235,7 +235,8 @@ PRESETS = [
         description="PyTorch FSDP2 (fully_shard per decoder layer): parameters, gradients, optimizer sharded",
         # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md)
         capabilities=Capabilities(compile_by_default=True, selector_role="small", experiments=FSDP_EXPERIMENTS,
-                                  default_experiments=("direct-cast", "clip-in-adamw"), **_FSDP_CAPS),
+                                  default_experiments=("direct-cast", "clip-in-adamw"),
+                                  switchable=("direct-cast", "clip-in-adamw"), **_FSDP_CAPS),
     ),
     Preset(
         name="fsdp_offload", strategy_cls=FSDP2, family="fsdp", kwargs={"offload": True},

@@ -16,6 +16,7 @@ device (on CPU too, where fsdp otherwise steps with the foreach one).
 Measured (one H100, torch 2.11; results/2026-12-05f-h100.md), against direct-cast alone in the same call: llama-1b
 micro-batch 8 67,780 against 67,214 tokens/s (+0.8%) and 66,278 against 65,423 (+1.3%, another machine), the 3B shape
 micro-batch 4 21,893 against 21,684 (+1.0%); the peak the same to the byte. fsdp's default with direct-cast.
+`SHARDLAB_AB=clip-in-adamw` switches it off (torch's clip, the same fused AdamW) and on between steps of one run.
 """
 from __future__ import annotations
 

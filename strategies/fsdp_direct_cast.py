@@ -24,7 +24,8 @@ tokens/s (+2.1%), the peak unchanged to the byte; its cast is one foreach kernel
 cast and copy took 7.2 ms on the H200) and the gradient buffer's copy is gone.
 
 The unshard replaces a private method of torch's FSDP2, so the lever is refused under a torch whose code was not read
-for it (VERIFIED_TORCH) and left out of fsdp's defaults there.
+for it (VERIFIED_TORCH) and left out of fsdp's defaults there. `SHARDLAB_AB=direct-cast` switches it off and on between
+steps of one run (core/switches.py): off, the unshard is torch's and the reduce gets two buffers and torch's copy.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import math
 import types
 from importlib.metadata import version
 
-from shardlab.core import trace
+from shardlab.core import switches, trace
 
 VERIFIED_TORCH = ("2.11", "2.12", "2.13")  # FSDPParamGroup.wait_for_unshard's one-rank branch read in each
 
@@ -68,7 +69,7 @@ def _wait_for_unshard(self) -> None:
     if not self._all_gather_result:
         return  # no preceding unshard
     params = self.fsdp_params
-    if any(p.sharded_state.name != "SHARDED" or p.offload_to_cpu or hasattr(p._sharded_local_tensor, "fsdp_pre_all_gather")
+    if not switches.on("direct-cast") or any(p.sharded_state.name != "SHARDED" or p.offload_to_cpu or hasattr(p._sharded_local_tensor, "fsdp_pre_all_gather")
            for p in params):
         return type(self).wait_for_unshard(self)
     import torch
@@ -108,6 +109,8 @@ def _reduce_in_place() -> type:
 
         def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
             given, self._input = self._input, None
+            if not switches.on("direct-cast"):  # switched off (SHARDLAB_AB): two buffers, and torch's copy between them
+                return torch.empty(*size, dtype=dtype, device=device)
             if given is not None and given.numel() == math.prod(int(s) for s in size) and given.dtype == dtype:
                 if trace.enabled():
                     trace.note("fsdp-reduce-in-place")

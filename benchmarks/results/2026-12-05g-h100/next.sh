@@ -1,3 +1,4 @@
+# Superseded by 2026-12-05h-ab/next.sh (the same question, each lever switched within one run); kept as written.
 # Issue 21, for the next session (not run): does zero3's no-fetch-sync (offered since 2026-12-05, seventh session) become
 # a default? Call H measured it only second in each pair, and calls I/I2 showed the second of two runs 0.4-2.3% faster.
 # Here each shape runs without / with / with / without (ABBA) in one call, then the two memory points a default needs

@@ -1,0 +1,92 @@
+"""SHARDLAB_AB (recipes/lever_ab.py, core/switches.py): a lever switched off and on between the steps of one run.
+
+Real one-rank CPU runs of the Llama 3 shape in bf16-mixed with clipping, 13 steps in blocks of 2 (5 warm-up steps with
+the lever on, then off, on, on, off): direct-cast (fsdp) and no-fetch-sync (zero3) change no value, so a run that
+switches them must train what the stock path trains, to the bit (clip-in-adamw: within its clip's rounding), while
+SHARDLAB_TRACE shows the lever acting on the 9 steps it was on and on no other. Refusals are checked in-process (exit 2, one line, nothing written), the statistics
+on given step times.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.conftest import CHAT_DATA
+
+AB = ("--model", "tiny-llama3", "--max-steps", "13", "--micro-batch-size", "2", "--seq-len", "64", "--data",
+      str(CHAT_DATA), "--devices", "1", "--precision", "bf16-mixed", "--grad-clip", "0.05", "--no-export")
+ON_STEPS = 5 + 2 * 2  # the warm-up, then two blocks of 2 of the four after it
+
+
+@pytest.mark.parametrize("strategy, lever, stock, with_lever, event", [
+    ("fsdp", "direct-cast", "none", "direct-cast", "fsdp-reduce-in-place"),
+    ("fsdp", "clip-in-adamw", "none", "direct-cast,clip-in-adamw", "fsdp-clip-in-adamw"),
+    ("zero3", "no-fetch-sync", "lean-config,fused-step", "lean-config,fused-step,no-fetch-sync", "zero3-fetch-no-sync"),
+])
+def test_a_switched_lever_trains_what_the_stock_path_trains(train, tmp_path, monkeypatch, strategy, lever, stock,
+                                                           with_lever, event):
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
+    monkeypatch.setenv("SHARDLAB_AB", f"{lever}:2")
+    switched = train(strategy, *AB, "--experiments", with_lever)
+    monkeypatch.delenv("SHARDLAB_TRACE")
+    monkeypatch.delenv("SHARDLAB_AB")
+    plain = train(strategy, *AB, "--experiments", stock)
+    if lever == "clip-in-adamw":  # the clip rounds once differently where it clips (every step here)
+        assert switched["losses"] == pytest.approx(plain["losses"], rel=2e-3)
+    else:
+        assert switched["losses"] == plain["losses"]
+    assert plain["losses"][-1] < plain["losses"][0]
+    ab = switched["lever_ab"]
+    assert plain["lever_ab"] is None
+    assert ab["lever"] == lever and ab["block"] == 2 and ab["steps"] == {"on": 2, "off": 2}, ab
+    assert ab["speedup"] == pytest.approx(ab["median_step_s"]["off"] / ab["median_step_s"]["on"])
+    assert f"shardlab: A/B {lever}: on " in switched["log"]
+    acted = Counter(line.split()[0] for line in trace.read_text().splitlines())[event]
+    # the same number of times on each of the 9 steps it was on (once a step, or once per FSDP group or ZeRO-3 fetch),
+    # on none of the 4 others
+    assert acted and acted % ON_STEPS == 0 and acted % 13, acted
+
+
+def test_a_bad_ab_is_refused_before_anything_runs(cache_dir, tmp_path, capsys, monkeypatch):
+    from shardlab.recipes import cli
+
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
+    cases = {
+        "a lever the strategy cannot switch": ("lean-config", ["--strategy", "zero3"],
+                                               "SHARDLAB_AB=lean-config: strategy 'zero3' can switch no-fetch-sync"),
+        "a strategy with none": ("direct-cast", ["--strategy", "ddp"],
+                                 "strategy 'ddp' has no lever that switches between steps"),
+        "a lever the run does not have on": ("no-fetch-sync", ["--strategy", "zero3", "--experiments", "lean-config"],
+                                             "--experiments lean-config,no-fetch-sync"),
+        "too few steps": ("direct-cast:3", ["--strategy", "fsdp", "--max-steps", "16"], "need --max-steps 17 or more"),
+        "a block of one step": ("direct-cast:1", ["--strategy", "fsdp"], "a whole number >= 2"),
+    }
+    failures = []
+    for name, (value, flags, expected) in cases.items():
+        monkeypatch.setenv("SHARDLAB_AB", value)
+        out = tmp_path / name.replace(" ", "-")
+        rc = cli.main(["run", "--accelerator", "cpu", "--output", str(out), *flags])
+        err = capsys.readouterr().err
+        lines = [l for l in err.splitlines() if l.startswith("recipe: error:")]
+        if not (rc == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in err and not out.exists()):
+            failures.append(f"{name}: rc={rc} stderr={err[-400:]!r}")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_sides_and_their_interval():
+    from shardlab.recipes.lever_ab import side, summarize
+
+    assert [side(s, 2) for s in range(13)] == [(True, False)] * 5 + [
+        (False, False), (False, True), (True, False), (True, True), (True, False), (True, True), (False, False),
+        (False, True)]
+    # 5 warm-up steps, then blocks of 4: off 1.0 s a step, on 0.9 s, each block's first step slower (left out)
+    times = [9.0] * 5 + [t for k in range(12) for t in ([5.0] + [0.9 if k % 4 in (1, 2) else 1.0] * 3)]
+    r = summarize("x", 4, times, tokens_per_step=900)
+    assert r["steps"] == {"on": 18, "off": 18} and r["median_step_s"] == {"on": 0.9, "off": 1.0}
+    assert r["tokens_per_s"] == {"on": 1000, "off": 900} and r["speedup"] == pytest.approx(1 / 0.9)
+    assert r["speedup_95"] == pytest.approx([1 / 0.9, 1 / 0.9])  # no spread within a side: none in the interval
+    # one block on each side: no interval; too few steps: no speedup
+    assert summarize("x", 4, times[:13], 900)["speedup_95"] is None
+    assert summarize("x", 4, times[:9], 900)["speedup"] is None
