@@ -5,12 +5,16 @@ faster on one warm machine, and the same config differed by up to 6% between mac
 benchmarks/results/2026-12-05g-h100.md). `SHARDLAB_AB=LEVER` (recipes/lever_ab.py) instead runs the lever off and on
 in alternating blocks of steps of one run and reports each side's step time.
 
-A lever that can switch (Capabilities.switchable) asks `on(name)` where it acts and, off, takes the path it replaces;
-switching happens only between optimizer steps. Nothing here knows a backend.
+A lever that can switch (Capabilities.switchable) asks `on(name)` where it acts and, off, takes the path it replaces,
+or, where it acts through a setting of the backend's, has `listen` call it back to change that setting; switching
+happens only between optimizer steps. Nothing here knows a backend.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 _off: set[str] = set()
+_listeners: dict[str, list[Callable[[bool], None]]] = {}
 
 
 def on(name: str) -> bool:
@@ -24,6 +28,13 @@ def switch(name: str, value: bool) -> None:
         _off.discard(name)
     else:
         _off.add(name)
+    for listener in _listeners.get(name, ()):
+        listener(value)
+
+
+def listen(name: str, listener: Callable[[bool], None]) -> None:
+    """Have `switch(name, value)` call `listener(value)`: for a lever that acts through a setting, not a code path."""
+    _listeners.setdefault(name, []).append(listener)
 
 
 ENV = "SHARDLAB_AB"

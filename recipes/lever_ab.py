@@ -5,7 +5,8 @@ steps (default 4) with the lever off and on, in the order off, on, on, off, off,
 run falls on both sides alike). The first step of each block is left out, as it may pay for the switch; each side's
 figure is the median of its other step times (StepRecorder's: step end to step end, the host waiting for the GPU at
 each end). summary.json's `lever_ab` has both sides, `speedup` (the off side's median step over the on side's) and a 95%
-interval of it from resampling each side's blocks. Every rank switches at the same steps.
+interval of it from resampling each side's blocks. Every rank switches at the same steps; with SHARDLAB_TRACE set,
+each step's start is noted with its side (`ab-step-on`, `ab-step-off`).
 
 A diagnostic, as SHARDLAB_PROFILE is: the run trains on through both sides, so its losses mix them (the same values
 for a lever that changes none: direct-cast, no-fetch-sync). Bad values are refused before any process starts
@@ -19,7 +20,7 @@ from typing import Optional
 
 import lightning.pytorch as pl
 
-from shardlab.core import switches
+from shardlab.core import switches, trace
 
 RESAMPLES = 2000
 
@@ -42,7 +43,10 @@ class LeverAB(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step != self._step:  # the first micro-batch of an optimizer step
             self._step = trainer.global_step
-            switches.switch(self.lever, side(self._step, self.block)[0])
+            on = side(self._step, self.block)[0]
+            switches.switch(self.lever, on)
+            if trace.enabled():  # what the lever does is noted after this, until the next step's mark
+                trace.note("ab-step-on" if on else "ab-step-off")
 
     def on_train_end(self, trainer, pl_module) -> None:
         switches.switch(self.lever, True)

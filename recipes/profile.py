@@ -1,7 +1,10 @@
 """Where a training step's time goes: torch.profiler over a few optimizer steps after the warm-up, summarised as
 GPU busy time against wall time and kernel time by kind (matmul, attention, Triton/Liger, elementwise, optimizer,
 copies, communication). A diagnostic, off by default: `SHARDLAB_PROFILE=PATH recipe run ...` writes PATH on
-global rank 0 of a GPU run; benchmarks/hf_peer.py --profile PATH writes the same summary for the Trainer."""
+global rank 0 of a GPU run; benchmarks/hf_peer.py --profile PATH writes the same summary for the Trainer.
+With SHARDLAB_PROFILE_PYTHON=1 the profiler also records Python calls (torch.profiler's with_stack), and the summary
+lists the Python functions by their own host time: which code a host op's self time is spent in (DeepSpeed's hooks,
+say). Recording them slows the host, so those runs' wall and idle times are not comparable with runs without."""
 from __future__ import annotations
 
 import re
@@ -36,6 +39,11 @@ def _device_us(e) -> float:
     return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0)
 
 
+def _python(key: str) -> bool:
+    """A Python function's event under with_stack ("path/file.py(123): name"), not an op's."""
+    return re.search(r"\.py\(\d+\): ", key) is not None or key.startswith("<built-in")
+
+
 def summarize(prof, steps: int, wall_s: float, top: int = 40) -> str:
     """The profile of `steps` optimizer steps that took `wall_s` seconds: busy share, kinds, top kernels."""
     from torch.autograd import DeviceType
@@ -58,8 +66,11 @@ def summarize(prof, steps: int, wall_s: float, top: int = 40) -> str:
     for e in sorted(kernels, key=_device_us, reverse=True)[:top]:
         lines.append(f"{_device_us(e) / steps / 1e3:>9.2f}{e.count / steps:>11.0f}  {kind(e.key)} / {e.key[:150]}")
     cpu = sorted((e for e in prof.key_averages() if e.device_type == DeviceType.CPU), key=lambda e: -e.self_cpu_time_total)
-    lines += ["", "top 25 host ops by self CPU time", f"{'ms/step':>9}{'calls/step':>11}  name"]
-    lines += [f"{e.self_cpu_time_total / steps / 1e3:>9.2f}{e.count / steps:>11.0f}  {e.key[:150]}" for e in cpu[:25]]
+    for title, rows in (("top 25 host ops by self CPU time", [e for e in cpu if not _python(e.key)]),
+                        ("top 25 Python functions by self CPU time", [e for e in cpu if _python(e.key)])):
+        if rows:
+            lines += ["", title, f"{'ms/step':>9}{'calls/step':>11}  name"]
+            lines += [f"{e.self_cpu_time_total / steps / 1e3:>9.2f}{e.count / steps:>11.0f}  {e.key[:150]}" for e in rows[:25]]
     events = prof.events()
     timed = [(e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CUDA
              and not getattr(e, "is_user_annotation", False) and "#" not in e.name and not e.name.startswith("FSDP::")]
@@ -95,8 +106,8 @@ class StepWindow:
     """torch.profiler around optimizer steps [start, start + steps); `step_begin(n)` / `step_end(n)` with the number of
     optimizer steps done so far, from whatever loop runs them (Lightning here, the HF Trainer in benchmarks)."""
 
-    def __init__(self, path: str, start: int = 6, steps: int = 3) -> None:
-        self.path, self.start, self.steps = Path(path), start, steps
+    def __init__(self, path: str, start: int = 6, steps: int = 3, python: bool = False) -> None:
+        self.path, self.start, self.steps, self.python = Path(path), start, steps, python
         self.prof, self.t0, self.done = None, 0.0, False
 
     def step_begin(self, done_steps: int) -> None:
@@ -104,7 +115,7 @@ class StepWindow:
             from torch.profiler import ProfilerActivity, profile
 
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-            self.prof = profile(activities=activities)
+            self.prof = profile(activities=activities, with_stack=self.python)
             self.prof.__enter__()
             self.t0 = time.perf_counter()
 
@@ -123,8 +134,8 @@ class StepWindow:
 class StepProfile(pl.Callback):
     """Global rank 0: profiles optimizer steps 6..8 (after the warm-up) into a summary at `path`."""
 
-    def __init__(self, path: str) -> None:
-        self.window = StepWindow(path)
+    def __init__(self, path: str, python: bool = False) -> None:
+        self.window = StepWindow(path, python=python)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_rank == 0:

@@ -213,7 +213,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     if os.environ.get("SHARDLAB_PROFILE"):  # a diagnostic: where steps 6..8 spend their time (recipes/profile.py)
         from shardlab.recipes.profile import StepProfile
 
-        callbacks.append(StepProfile(os.environ["SHARDLAB_PROFILE"]))
+        callbacks.append(StepProfile(os.environ["SHARDLAB_PROFILE"], python=os.environ.get("SHARDLAB_PROFILE_PYTHON") == "1"))
     ab = None
     if os.environ.get(switches.ENV):  # a diagnostic: the lever off and on in alternating blocks of steps
         from shardlab.recipes.lever_ab import LeverAB

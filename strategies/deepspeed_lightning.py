@@ -78,6 +78,10 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             from shardlab.strategies import deepspeed_fetch
 
             deepspeed_fetch.install(engine.module)
+        if "no-nvtx" in self.experiments:
+            from shardlab.strategies import deepspeed_nvtx
+
+            deepspeed_nvtx.install()
         if "fused-step" in self.experiments:
             from shardlab.strategies import deepspeed_zero3_step
 

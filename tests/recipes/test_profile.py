@@ -40,6 +40,22 @@ def test_window_profiles_only_its_steps_and_writes_a_summary(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_with_python_the_summary_names_the_python_functions_apart(tmp_path):
+    def busy(a):  # its own host time: a Python loop
+        return sum(range(20_000)) + float(torch.tanh(a).sum())
+
+    path = tmp_path / "profile.txt"
+    window = StepWindow(str(path), start=0, steps=2, python=True)
+    for done in range(2):
+        window.step_begin(done)
+        busy(torch.randn(64, 64))
+        window.step_end(done + 1)
+    text = path.read_text()
+    ops, python = text.split("top 25 Python functions by self CPU time")
+    assert "aten::tanh" in ops.split("top 25 host ops")[1] and "busy" not in ops
+    assert "test_profile.py(" in python and ": busy" in python and "aten::" not in python
+
+
 def test_idle_gaps_merge_streams_and_name_the_host_op_running():
     kernels = [(0, 10, "gemm"), (5, 20, "copy"), (30, 35, "adam"), (135, 140, "embedding"), (138, 150, "gemm")]
     host = [(0, 200, "run"), (33, 140, "cudaStreamSynchronize"), (31, 34, "aten::item")]
