@@ -24,6 +24,8 @@ ZERO3 = {
                   "flat buffer (no concatenated copy) and the clip folded into a fused AdamW",
     "no-fetch-sync": "on a one-rank group, each module's fetch without DeepSpeed's host wait for the GPU (the partition "
                      "is already the parameter, on this device)",
+    "param-lists": "each module's parameter list built once (DeepSpeed walks the module's submodules for it at every "
+                   "fetch and release, and the whole model twice a step)",
     "no-nvtx": "DeepSpeed's NVTX ranges (for Nsight Systems; a push and a pop through Python around each of ~1,200 "
                "ZeRO-3 calls a step) off",
 }
@@ -38,14 +40,14 @@ ZERO3_OFFLOAD = {
 }
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ()
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
-PRIVATE = ("fused-step", "gpu-cast", "no-fetch-sync", "no-nvtx")  # levers on DeepSpeed's private code or flags: its version pinned
+PRIVATE = ("fused-step", "gpu-cast", "no-fetch-sync", "param-lists", "no-nvtx")  # levers on DeepSpeed's private code or flags: its version pinned
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 # those that can be switched off and on between steps of one run (Capabilities.switchable, SHARDLAB_AB)
-SWITCHABLE = {"zero3": ("no-fetch-sync", "no-nvtx")}
+SWITCHABLE = {"zero3": ("no-fetch-sync", "param-lists", "no-nvtx")}
 
-PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast and no-fetch-sync replace private code of this version's ZeRO-3,
-# no-nvtx sets a flag of its nvtx module
+PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, no-fetch-sync and param-lists replace private code of this
+# version's ZeRO-3, no-nvtx sets a flag of its nvtx module
 
 
 def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any]) -> None:
@@ -62,8 +64,8 @@ def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any])
 
 
 def refusal(name: str, precision: str) -> str:
-    """Why lever `name` cannot run here ('' where it can): fused-step, gpu-cast, no-fetch-sync and no-nvtx only under the
-    DeepSpeed whose private code (or flag) they were written against; fused-step not under fp16 loss scaling."""
+    """Why lever `name` cannot run here ('' where it can): the PRIVATE levers only under the DeepSpeed whose private code
+    (or flag) they were written against; fused-step not under fp16 loss scaling."""
     from importlib.metadata import version
 
     if name not in PRIVATE:

@@ -78,6 +78,10 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             from shardlab.strategies import deepspeed_fetch
 
             deepspeed_fetch.install(engine.module)
+        if "param-lists" in self.experiments:
+            from shardlab.strategies import deepspeed_param_lists
+
+            deepspeed_param_lists.install(engine.module)
         if "no-nvtx" in self.experiments:
             from shardlab.strategies import deepspeed_nvtx
 

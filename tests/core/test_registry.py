@@ -45,12 +45,14 @@ def test_recipe_strategies_table(in_process):
     assert zero3[1].startswith("    --experiments lean-config: ") and zero3[2].startswith("    --experiments fused-step: ")
     assert all(line.endswith(" (on by default; --experiments none: off)") for line in zero3[1:3])
     assert zero3[3].startswith("    --experiments no-fetch-sync: ") and "by default" not in zero3[3]  # offered only
-    assert zero3[4].startswith("    --experiments no-nvtx: ") and "by default" not in zero3[4]
-    assert zero3[5].startswith("  zero3_offload ")
+    assert zero3[4].startswith("    --experiments param-lists: ") and "by default" not in zero3[4]
+    assert zero3[5].startswith("    --experiments no-nvtx: ") and "by default" not in zero3[5]
+    assert zero3[6].startswith("  zero3_offload ")
     rc, out, _ = in_process("strategies", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step", "no-fetch-sync", "no-nvtx"}
-    assert rows["zero3"]["capabilities"]["switchable"] == ["no-fetch-sync", "no-nvtx"]
+    assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step", "no-fetch-sync", "param-lists",
+                                                                 "no-nvtx"}
+    assert rows["zero3"]["capabilities"]["switchable"] == ["no-fetch-sync", "param-lists", "no-nvtx"]
     assert rows["fsdp"]["capabilities"]["switchable"] == ["direct-cast", "clip-in-adamw"]
     assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw"]
     assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw"]

@@ -1,10 +1,10 @@
 """SHARDLAB_AB (recipes/lever_ab.py, core/switches.py): a lever switched off and on between the steps of one run.
 
 Real one-rank CPU runs of the Llama 3 shape in bf16-mixed with clipping, 13 steps in blocks of 2 (5 warm-up steps with
-the lever on, then off, on, on, off): fsdp's direct-cast and zero3's no-fetch-sync and no-nvtx change no value, so a
-run that switches them must train what the stock path trains, to the bit (fsdp's clip-in-adamw: within its clip's
-rounding), while SHARDLAB_TRACE shows the lever acting on every step it was on and on no other. Refusals are checked
-in-process (exit 2, one line, nothing written), the statistics on given step times.
+the lever on, then off, on, on, off): fsdp's direct-cast and zero3's no-fetch-sync, param-lists and no-nvtx change no
+value, so a run that switches them must train what the stock path trains, to the bit (fsdp's clip-in-adamw: within
+its clip's rounding), while SHARDLAB_TRACE shows the lever acting on every step it was on and on no other. Refusals
+are checked in-process (exit 2, one line, nothing written), the statistics on given step times.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ AB = ("--model", "tiny-llama3", "--max-steps", "13", "--micro-batch-size", "2", 
     ("fsdp", "direct-cast", "none", "direct-cast", "fsdp-reduce-in-place"),
     ("fsdp", "clip-in-adamw", "none", "direct-cast,clip-in-adamw", "fsdp-clip-in-adamw"),
     ("zero3", "no-fetch-sync", "lean-config,fused-step", "lean-config,fused-step,no-fetch-sync", "zero3-fetch-no-sync"),
+    ("zero3", "param-lists", "lean-config,fused-step", "lean-config,fused-step,param-lists", "zero3-param-list"),
     ("zero3", "no-nvtx", "lean-config,fused-step", "lean-config,fused-step,no-nvtx", "deepspeed-nvtx-range"),
 ])
 def test_a_switched_lever_trains_what_the_stock_path_trains(train, tmp_path, monkeypatch, strategy, lever, stock,
