@@ -9,8 +9,8 @@ interval of it from resampling each side's blocks. Every rank switches at the sa
 each step's start is noted with its side (`ab-step-on`, `ab-step-off`).
 
 A diagnostic, as SHARDLAB_PROFILE is: the run trains on through both sides, so its losses mix them (the same values
-for a lever that changes none: direct-cast, no-fetch-sync). Bad values are refused before any process starts
-(core/switches.check).
+for a lever that changes none: direct-cast, no-fetch-sync, param-lists, no-nvtx). Bad values are refused before any
+process starts (core/switches.check).
 """
 from __future__ import annotations
 
