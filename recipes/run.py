@@ -11,12 +11,12 @@ from typing import Any, Optional
 
 import torch
 
-from shardlab.core import registry, switches
+from shardlab.core import registry
 from shardlab.core.config import RunConfig, load_config
 from shardlab.core.errors import RunFailed, UserError
 from shardlab.core.resolved import ResolvedRun, write_json_atomic
 from shardlab.core.strategy import RunContext
-from shardlab.recipes import data as data_lib
+from shardlab.recipes import data as data_lib, diagnostics
 from shardlab.recipes.data_cache import DataCache, open_blocks, prepare_data
 from shardlab.recipes.data_load import find_source
 from shardlab.recipes.model import SHIPPED, cache_dir, flops_per_token, initial_folder
@@ -89,9 +89,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     run = resolve_run(cfg)
     c = run.config
     check_output(c.output)
-    if os.environ.get(switches.ENV):  # a diagnostic A/B of one lever (recipes/lever_ab.py)
-        switches.check(os.environ[switches.ENV], c.strategy, registry.get(c.strategy).capabilities.switchable,
-                       tuple(c.experiments or ()), c.max_steps)
+    diagnostics.check(c.strategy, tuple(c.experiments or ()), c.max_steps)  # SHARDLAB_AB
     find_source(c.data, data_lib.embedded_corpus_path())  # before building weights: cheap failures first
     if c.val_data is not None:
         with validation_flag():
@@ -206,20 +204,8 @@ def train(p: Prepared) -> dict[str, Any] | None:
         portable = cfg.portable_checkpoints and strategy.capabilities.portable_checkpoint
         callbacks.append(PeriodicCheckpoint(output / "checkpoints", cfg.checkpoint_every, cfg.keep_checkpoints, identity,
                                             portable=portable, model_folder=str(p.folder)))
-    if os.environ.get("SHARDLAB_MEMORY_SNAPSHOT") and ctx.accelerator == "gpu":
-        from shardlab.recipes.metrics import MemorySnapshot
-
-        callbacks.append(MemorySnapshot(os.environ["SHARDLAB_MEMORY_SNAPSHOT"]))
-    if os.environ.get("SHARDLAB_PROFILE"):  # a diagnostic: where steps 6..8 spend their time (recipes/profile.py)
-        from shardlab.recipes.profile import StepProfile
-
-        callbacks.append(StepProfile(os.environ["SHARDLAB_PROFILE"], python=os.environ.get("SHARDLAB_PROFILE_PYTHON") == "1"))
-    ab = None
-    if os.environ.get(switches.ENV):  # a diagnostic: the lever off and on in alternating blocks of steps
-        from shardlab.recipes.lever_ab import LeverAB
-
-        ab = LeverAB(os.environ[switches.ENV])
-        callbacks.append(ab)
+    diagnosing = diagnostics.callbacks(ctx.accelerator)  # SHARDLAB_MEMORY_SNAPSHOT, SHARDLAB_PROFILE, SHARDLAB_AB
+    callbacks += diagnosing
     lightning_strategy = strategy.lightning_strategy(ctx)
     ckpt_path = str(p.resume / "state") if p.resume else None
     if p.resume:
@@ -262,7 +248,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
         "auto": p.run.auto, "decisions": p.run.decisions, "float8_linears": _float8_linears(module.model, ctx),
         "config": cfg.model_dump(), "model_folder": str(p.folder), "model": p.run.model,
         "device": torch.cuda.get_device_name() if ctx.accelerator == "gpu" else "cpu",
-        "lever_ab": ab.result(recorder.step_s, tokens_per_step) if ab else None,
+        "lever_ab": diagnostics.lever_ab(diagnosing, recorder.step_s, tokens_per_step),
         "cpu_threads": torch.get_num_threads(),  # per rank: the node's cores shared out among its ranks (recipes/ranks.py)
     }
     if trainer.global_rank != 0:

@@ -95,6 +95,17 @@ def _cases(tmp):
         "unknown yaml field": (["--config", tmp / "unknown.yaml"], "--colour: unknown field"),
         "missing yaml": (["--config", tmp / "nope.yaml"], "no such file"),
         "unknown flag": (["--colour", "red"], "unrecognized arguments"),
+        # SHARDLAB_AB (recipes/lever_ab.py): the third item is the environment the case runs under
+        "an A/B of a lever the strategy cannot switch": (["--strategy", "zero3"], "SHARDLAB_AB=lean-config: strategy "
+                                                         "'zero3' can switch no-fetch-sync", {"SHARDLAB_AB": "lean-config"}),
+        "an A/B under a strategy with none": (["--strategy", "ddp"], "strategy 'ddp' has no lever that switches between "
+                                              "steps", {"SHARDLAB_AB": "direct-cast"}),
+        "an A/B of a lever the run does not have on": (["--strategy", "zero3", "--experiments", "lean-config"],
+                                                       "--experiments lean-config,no-fetch-sync",
+                                                       {"SHARDLAB_AB": "no-fetch-sync"}),
+        "an A/B with too few steps": (["--strategy", "fsdp", "--max-steps", "16"], "need --max-steps 17 or more",
+                                      {"SHARDLAB_AB": "direct-cast:3"}),
+        "an A/B in blocks of one step": (["--strategy", "fsdp"], "a whole number >= 2", {"SHARDLAB_AB": "direct-cast:1"}),
     }
 
 
@@ -103,10 +114,14 @@ def test_bad_run_inputs(cache_dir, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setenv("SHARDLAB_CACHE", str(cache_dir))
     failures = []
-    for name, (flags, expected) in _cases(tmp_path).items():
-        out = tmp_path / ("out-" + name.replace(" ", "-"))
+    for name, (flags, expected, *env) in _cases(tmp_path).items():
+        for key, value in (env[0] if env else {}).items():
+            monkeypatch.setenv(key, value)
+        out = tmp_path / ("out-" + name.replace(" ", "-").replace("/", ""))
         args = ["run", "--output", out, *flags] if "--accelerator" in flags else ["run", "--accelerator", "cpu", "--output", out, *flags]
         rc = cli.main([str(a) for a in args])
+        for key in (env[0] if env else {}):
+            monkeypatch.delenv(key)
         err = capsys.readouterr().err
         lines = [l for l in err.splitlines() if l.startswith("recipe: error:")]
         if not (rc == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in err and not out.exists()):
@@ -237,7 +252,7 @@ def _across_commands(tmp, ck):
 
 
 def test_bad_inputs_across_commands(checkpoints, cache_dir, tmp_path, capsys, monkeypatch):
-    """With test_bad_run_inputs: 77 cases over run, plan, compare, launch, configs and checkpoints.
+    """With test_bad_run_inputs: the bad input of run, plan, compare, launch, configs and checkpoints.
 
     The `recipe` entry point is called in this process (cli.main: what `recipe` runs, exit code as its
     return value): the same checks as a fresh process, without 28 interpreter start-ups."""
