@@ -244,6 +244,10 @@ class ZeRO(Strategy):
     def experiment_refusal(self, name: str, precision: str) -> str:
         return experiments.refusal(name, precision)
 
+    def check(self, ctx: RunContext) -> None:
+        super().check(ctx)
+        experiments.check_together(ctx.experiments)
+
     def warnings(self, ctx: RunContext) -> list[str]:
         # On a GPU the ratio is measured (one H200, llama-1b: losses within bf16 noise of ratio 1, the peak within 0.1%
         # of the estimate; results/2026-12-05b-offload-h200.md); on CPU processes it does nothing

@@ -28,6 +28,9 @@ ZERO3 = {
                    "fetch and release, and the whole model twice a step)",
     "no-nvtx": "DeepSpeed's NVTX ranges (for Nsight Systems; a push and a pop through Python around each of ~1,200 "
                "ZeRO-3 calls a step) off",
+    "late-wait": "the step's host waits for the GPU moved after its kernels are queued: the end of backward waits for "
+                 "DeepSpeed's gradient stream on the device, and the clip norm's inf/NaN check is read after the update "
+                 "(the fused AdamW skips it on the device where the check fails); needs fused-step",
 }
 ZERO3_DEFAULTS = ("lean-config", "fused-step")
 ZERO3_OFFLOAD = {
@@ -40,13 +43,15 @@ ZERO3_OFFLOAD = {
 }
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ()
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
-PRIVATE = ("fused-step", "gpu-cast", "no-fetch-sync", "param-lists", "no-nvtx")  # levers on DeepSpeed's private code or flags: its version pinned
+PRIVATE = ("fused-step", "gpu-cast", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait")  # levers on DeepSpeed's private code or flags: its version pinned
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 # those that can be switched off and on between steps of one run (Capabilities.switchable, SHARDLAB_AB)
-SWITCHABLE = {"zero3": ("no-fetch-sync", "param-lists", "no-nvtx")}
+SWITCHABLE = {"zero3": ("no-fetch-sync", "param-lists", "no-nvtx", "late-wait")}
+NEEDS = {"late-wait": "fused-step"}  # a lever that works through another's code: late-wait hands its check to fused
+# AdamW, which fused-step asks for
 
-PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, no-fetch-sync and param-lists replace private code of this
+PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, no-fetch-sync, param-lists and late-wait replace private code of this
 # version's ZeRO-3, no-nvtx sets a flag of its nvtx module
 
 
@@ -76,6 +81,16 @@ def refusal(name: str, precision: str) -> str:
     if name == "fused-step" and precision == "16-mixed":  # its loss-scale arithmetic never ran: fp16 is GPU-only, unmeasured
         return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
     return ""
+
+
+def check_together(names: tuple[str, ...]) -> None:
+    """Refuse a lever that works through another (NEEDS) asked for without it, in the user's terms."""
+    from shardlab.core.errors import UserError
+
+    for name, needed in NEEDS.items():
+        if name in names and needed not in names:
+            raise UserError(f"--experiments {','.join(names)}: {name} works through {needed} (its fused AdamW); add "
+                            f"it: --experiments {','.join(names)},{needed}")
 
 
 def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:

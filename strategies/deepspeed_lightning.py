@@ -90,6 +90,10 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             from shardlab.strategies import deepspeed_zero3_step
 
             deepspeed_zero3_step.install(ds_optimizer)
+        if "late-wait" in self.experiments:
+            from shardlab.strategies import deepspeed_late_wait
+
+            deepspeed_late_wait.install(ds_optimizer)
         if "gpu-cast" in self.experiments:
             from shardlab.strategies import deepspeed_offload_cast
 

@@ -47,12 +47,14 @@ def test_recipe_strategies_table(in_process):
     assert zero3[3].startswith("    --experiments no-fetch-sync: ") and "by default" not in zero3[3]  # offered only
     assert zero3[4].startswith("    --experiments param-lists: ") and "by default" not in zero3[4]
     assert zero3[5].startswith("    --experiments no-nvtx: ") and "by default" not in zero3[5]
-    assert zero3[6].startswith("  zero3_offload ")
+    assert zero3[6].startswith("    --experiments late-wait: ") and "by default" not in zero3[6]
+    assert zero3[7].startswith("  zero3_offload ")
     rc, out, _ = in_process("strategies", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step", "no-fetch-sync", "param-lists",
-                                                                 "no-nvtx"}
-    assert rows["zero3"]["capabilities"]["switchable"] == ["no-fetch-sync", "param-lists", "no-nvtx"]
+                                                                 "no-nvtx", "late-wait"}
+    assert rows["zero3"]["capabilities"]["switchable"] == ["no-fetch-sync", "param-lists", "no-nvtx",
+                                                                "late-wait"]
     assert rows["fsdp"]["capabilities"]["switchable"] == ["direct-cast", "clip-in-adamw"]
     assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw"]
     assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw"]

@@ -79,7 +79,11 @@ def _cases(tmp):
                                         "it offers: none; drop --experiments"),
         "unknown experiment": (["--strategy", "zero3", "--experiments", "lean-config,nope"],
                                "--experiments lean-config,nope: strategy 'zero3' offers no experiment 'nope'; it offers: "
-                               "lean-config, fused-step, no-fetch-sync, param-lists, no-nvtx"),
+                               "lean-config, fused-step, no-fetch-sync, param-lists, no-nvtx, late-wait"),
+        "lever without the one it works through": (["--strategy", "zero3", "--experiments", "lean-config,late-wait"],
+                                                   "--experiments lean-config,late-wait: late-wait works through "
+                                                   "fused-step (its fused AdamW); add it: --experiments "
+                                                   "lean-config,late-wait,fused-step"),
         "offload ratio 0": (["--strategy", "zero3_offload", "--offload-ratio", "0"], "--offload-ratio: Input should be greater than 0"),
         "offload ratio over 1": (["--strategy", "zero3_offload", "--offload-ratio", "1.5"], "--offload-ratio: Input should be less than or equal to 1"),
         "gpu without gpu": (["--accelerator", "gpu"], "no CUDA GPU"),

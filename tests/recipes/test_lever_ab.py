@@ -1,7 +1,7 @@
 """SHARDLAB_AB (recipes/lever_ab.py, core/switches.py): a lever switched off and on between the steps of one run.
 
 Real one-rank CPU runs of the Llama 3 shape in bf16-mixed with clipping, 13 steps in blocks of 2 (5 warm-up steps with
-the lever on, then off, on, on, off): fsdp's direct-cast and zero3's no-fetch-sync, param-lists and no-nvtx change no
+the lever on, then off, on, on, off): fsdp's direct-cast and zero3's no-fetch-sync, param-lists, no-nvtx and late-wait change no
 value, so a run that switches them must train what the stock path trains, to the bit (fsdp's clip-in-adamw: within
 its clip's rounding), while SHARDLAB_TRACE shows the lever acting on every step it was on and on no other. The
 statistics are checked on given step times; bad SHARDLAB_AB values with the other bad input (test_bad_input.py).
@@ -22,6 +22,7 @@ AB = ("--model", "tiny-llama3", "--max-steps", "13", "--micro-batch-size", "2", 
     ("zero3", "no-fetch-sync", "lean-config,fused-step", "lean-config,fused-step,no-fetch-sync", "zero3-fetch-no-sync"),
     ("zero3", "param-lists", "lean-config,fused-step", "lean-config,fused-step,param-lists", "zero3-param-list"),
     ("zero3", "no-nvtx", "lean-config,fused-step", "lean-config,fused-step,no-nvtx", "deepspeed-nvtx-range"),
+    ("zero3", "late-wait", "lean-config,fused-step", "lean-config,fused-step,late-wait", "zero3-late-wait"),
 ])
 def test_a_switched_lever_trains_what_the_stock_path_trains(train, tmp_path, monkeypatch, strategy, lever, stock,
                                                            with_lever, event):

@@ -1,0 +1,64 @@
+"""`python -m tests.strategies.late_wait_steps PORT`: DeepSpeed 0.19.8's ZeRO-3 optimizer in one real process (gloo
+on CPU, NCCL's device on a GPU machine), stepped three times, the second step's gradients NaN, once with fused-step
+alone and once with late-wait too; prints what each step left (loss, parameters, Adam's state, the engine's skip count,
+the norm) as one JSON line, and how many end-of-backward waits late-wait made on the device (GPU only: CPU processes
+have no streams). test_zero3_late_wait.py runs it on CPU; the GPU machine's call runs it under CUDA."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+
+def steps(late_wait: bool, device: str) -> list[dict]:
+    import deepspeed
+    import torch
+
+    from shardlab.strategies import deepspeed_late_wait, deepspeed_zero3_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1, fused=True)
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0.5, "bf16": {"enabled": True},
+              "zero_optimization": {"stage": 3}}
+    engine, zero, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)
+    deepspeed_zero3_step.install(zero)
+    if late_wait:
+        deepspeed_late_wait.install(zero)
+    x = torch.randn(4, 16, device=device)
+    seen = []
+    for batch in (x, torch.full_like(x, float("nan")), x):
+        loss = engine(batch.to(torch.bfloat16)).float().pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+        with deepspeed.zero.GatheredParameters(list(model.parameters())):
+            params = [p.detach().float().flatten().tolist() for p in model.parameters()]
+        state = zero.optimizer.state[zero.fp32_partitioned_groups_flat[0]]
+        seen.append({"loss": loss.item(), "params": params, "skipped": engine.skipped_steps, "overflow": zero.overflow,
+                     "adam_step": float(state["step"]), "exp_avg": state["exp_avg"].tolist(),
+                     "norm": float(zero._global_grad_norm)})
+    return seen
+
+
+def main() -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    trace = os.path.join(tempfile.mkdtemp(), "trace.txt")
+    os.environ["SHARDLAB_TRACE"] = trace
+    import deepspeed
+    import torch
+
+    from shardlab.strategies.deepspeed_console import without_shm_op
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with without_shm_op():
+        deepspeed.init_distributed("nccl" if device == "cuda" else "gloo", verbose=False)
+    stock, late = steps(False, device), steps(True, device)
+    events = open(trace).read().split() if os.path.exists(trace) else []
+    print(json.dumps({"device": device, "stock": stock, "late_wait": late,
+                      "late_wait_steps": events.count("zero3-late-wait"),
+                      "epilogue_device_waits": events.count("zero3-epilogue-device-wait")}))
+
+
+if __name__ == "__main__":
+    main()

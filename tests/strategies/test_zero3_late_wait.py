@@ -1,0 +1,57 @@
+"""zero3's `late-wait` lever (strategies/deepspeed_late_wait.py, offered, switchable, not a default): the step's host
+waits for the GPU moved after its kernels are queued.
+
+Its values are checked where it is switched off and on within one run (tests/recipes/test_lever_ab.py: the Llama 3
+shape, the same losses as zero3's defaults to the bit, acting on exactly its on-steps). Here: DeepSpeed's ZeRO-3
+optimizer in one real process (late_wait_steps.py) with a step whose gradients are NaN, which DeepSpeed skips: with
+the lever every step leaves what DeepSpeed's own step leaves (parameters, Adam's moments and step count, the skip
+count, the norm) to the bit; in-process, that it is offered and switchable, not a default, and refused without
+fused-step and under another DeepSpeed. The end-of-backward wait on the device has no CPU path (no streams); the GPU
+machine runs late_wait_steps.py under CUDA (benchmarks/results).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_nan_step_is_skipped_as_deepspeed_skips_it_and_the_rest_is_unchanged():
+    done = subprocess.run([sys.executable, "-m", "tests.strategies.late_wait_steps", "29731"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    stock, late = seen["stock"], seen["late_wait"]
+    assert [(s["skipped"], s["overflow"], s["adam_step"]) for s in stock] == [(0, False, 1.0), (1, True, 1.0),
+                                                                               (1, False, 2.0)]
+    assert stock[1]["params"] == stock[0]["params"] and stock[2]["params"] != stock[1]["params"]
+    assert json.dumps(late) == json.dumps(stock)  # NaN and inf compare as written
+    assert seen["late_wait_steps"] == 3 and seen["epilogue_device_waits"] == 0  # CPU: no stream to wait for
+
+
+def test_offered_switchable_needs_fused_step_and_refused_under_another_deepspeed(monkeypatch):
+    import importlib.metadata
+
+    from shardlab.core import registry
+    from shardlab.core.errors import UserError
+    from shardlab.core.strategy import RunContext
+
+    zero3 = registry.get("zero3").build()
+    assert "late-wait" in zero3.capabilities.switchable and "late-wait" not in zero3.default_experiments("bf16-mixed")
+
+    def ctx(*levers):
+        return RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1,
+                          grad_clip=1.0, micro_batch_size=8, experiments=levers)
+
+    zero3.check(ctx("fused-step", "late-wait"))
+    with pytest.raises(UserError, match=r"^--experiments lean-config,late-wait: late-wait works through fused-step .*"
+                                        r"--experiments lean-config,late-wait,fused-step$"):
+        zero3.check(ctx("lean-config", "late-wait"))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
+    with pytest.raises(UserError, match=r"--experiments fused-step: written against DeepSpeed 0\.19\.8"):
+        zero3.check(ctx("fused-step", "late-wait"))
