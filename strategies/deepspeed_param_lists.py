@@ -7,7 +7,8 @@ step (`release_and_reset_all`, and again in `partition_all_parameters`). Each an
 (`named_parameters`: a decoder layer is a leaf unit here, so its 9 submodules), builds the list anew and wraps the walk
 in an NVTX range. On llama-1b's 22-layer structure that Python is ~6% of a one-rank zero3 step on a CPU where a step is
 mostly host work (results/2026-12-05h-ab.md), and on one H100 zero3's GPU waits ~44 ms a step for the host
-(results/2026-12-05g-h100.md).
+(results/2026-12-05g-h100.md). Against itself within one run on one H100 (llama-1b micro-batch 8, SHARDLAB_AB): 1.005x
+(95%: 0.999-1.013), under half the 1.01-1.02x predicted (results/2026-12-05i-late-wait.md): not a default.
 
 Here the modules of the model that installed the lever keep their own parameters, walked once at the first use, as a
 tuple, and the answer is that tuple followed by the module's external parameters of the moment (DeepSpeed registers

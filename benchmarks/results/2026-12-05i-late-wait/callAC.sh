@@ -1,8 +1,9 @@
-# Session 2026-12-05 (ninth), the one call device time allows (six machine starts failed; 2026-12-05h-ab/next.sh's
+# Session 2026-12-05 (ninth), the one call device time allows (machine starts kept failing; 2026-12-05h-ab/next.sh's
 # three calls cut to one): late-wait's CUDA check, then zero3's levers each against itself within one run
-# (SHARDLAB_AB, 64 counted steps after 5 warm-up, blocks of 4) on llama-1b, goal 2's pair on llama-1b with the levers
-# measured faster there (kept: speedup >= 1.0 and the 95% interval above 1.0), then, while time lasts (LIMIT seconds
-# in all), late-wait's A/B and goal 2's pair on the 3B shape with the same levers. No memory points: no default changes.
+# (SHARDLAB_AB, 64 counted steps after 5 warm-up, blocks of 4) on llama-1b: late-wait and param-lists, then goal 2's
+# pair on llama-1b with those measured faster (kept: speedup >= 1.0 and the 95% interval above 1.0), then, while time
+# lasts (LIMIT seconds in all), no-nvtx's A/B, goal 2's pair on the 3B shape with the same levers, late-wait's A/B there.
+# No memory points: no default changes.
 # Predictions (2026-12-05h-ab/next.sh, before any run; late-wait this session): llama-1b param-lists 1.01-1.02x,
 # no-nvtx 1.005-1.015x, late-wait 1.01-1.03x; 3B shape late-wait 1.005-1.02x; goal 2 with the kept levers 0.98-1.0x on
 # llama-1b, 0.96-0.99x on the 3B shape.
@@ -23,7 +24,7 @@ q() { grep -v Warn | grep '^{' | cut -c1-400; echo "  at $(el)s"; }
 G="python3 benchmarks/gpu_peers.py --out $W/peers --micro-batch-size 8"
 G3="python3 benchmarks/gpu_peers.py --out $W/peers --model llama-3.2-3b --micro-batch-size 4"
 Z="--experiments lean-config,fused-step"
-for lever in late-wait param-lists no-nvtx; do
+for lever in late-wait param-lists; do
   fits 60 && SHARDLAB_AB=$lever $G --steps 64 --warmup 5 --pairs "zero3=" --extra "$Z,$lever" --tag ab-$lever 2>&1 | q
 done
 KEEP=$(python3 -c "
@@ -34,6 +35,7 @@ print(','.join(r['lever_ab']['lever'] for r in rows if r.get('lever_ab') and r['
 echo "kept on llama-1b: ${KEEP:-none}" | tee $W/kept.txt
 LEV=lean-config,fused-step${KEEP:+,$KEEP}
 fits 90 && { $G --steps 15 --warmup 6 --pairs "zero3=" --extra "--experiments $LEV" --tag kept 2>&1 | q; $G --steps 15 --warmup 6 --pairs "fsdp=" 2>&1 | q; }
+fits 60 && SHARDLAB_AB=no-nvtx $G --steps 64 --warmup 5 --pairs "zero3=" --extra "$Z,no-nvtx" --tag ab-no-nvtx 2>&1 | q
 fits 150 && { python3 -c "from shardlab.recipes.model import initial_folder as f; print(f('llama-3.2-3b', 42))" 2>&1 | tail -1; $G3 --steps 10 --warmup 4 --pairs "zero3=" --extra "--experiments $LEV" --tag kept 2>&1 | q; $G3 --steps 10 --warmup 4 --pairs "fsdp=" 2>&1 | q; }
 fits 75 && SHARDLAB_AB=late-wait $G3 --steps 48 --warmup 5 --pairs "zero3=" --extra "$Z,late-wait" --tag ab-late-wait 2>&1 | q
 echo total $(el)s
