@@ -48,8 +48,13 @@ PRIVATE = ("fused-step", "gpu-cast", "no-fetch-sync", "param-lists", "no-nvtx", 
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 # those that can be switched off and on between steps of one run (Capabilities.switchable, SHARDLAB_AB)
 SWITCHABLE = {"zero3": ("no-fetch-sync", "param-lists", "no-nvtx", "late-wait")}
-NEEDS = {"late-wait": "fused-step"}  # a lever that works through another's code: late-wait hands its check to fused
-# AdamW, which fused-step asks for
+# a lever that works through another's code, with why: late-wait hands its check to the fused AdamW fused-step asks for
+NEEDS = {"late-wait": ("fused-step", "its fused AdamW")}
+# the levers that are code, not config: the module whose install(...) puts each in place, given the engine's model,
+# its ZeRO optimizer or nothing (the process), in the order they are installed
+INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("deepspeed_param_lists", "model"),
+             "no-nvtx": ("deepspeed_nvtx", "process"), "fused-step": ("deepspeed_zero3_step", "optimizer"),
+             "late-wait": ("deepspeed_late_wait", "optimizer"), "gpu-cast": ("deepspeed_offload_cast", "optimizer")}
 
 PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, no-fetch-sync, param-lists and late-wait replace private code of this
 # version's ZeRO-3, no-nvtx sets a flag of its nvtx module
@@ -87,10 +92,10 @@ def check_together(names: tuple[str, ...]) -> None:
     """Refuse a lever that works through another (NEEDS) asked for without it, in the user's terms."""
     from shardlab.core.errors import UserError
 
-    for name, needed in NEEDS.items():
+    for name, (needed, why) in NEEDS.items():
         if name in names and needed not in names:
-            raise UserError(f"--experiments {','.join(names)}: {name} works through {needed} (its fused AdamW); add "
-                            f"it: --experiments {','.join(names)},{needed}")
+            raise UserError(f"--experiments {','.join(names)}: {name} works through {needed} ({why}); add it: "
+                            f"--experiments {','.join(names)},{needed}")
 
 
 def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:

@@ -6,10 +6,13 @@ Its own module so that strategies/deepspeed.py (presets, memory model, config) l
 from __future__ import annotations
 
 import argparse
+import importlib
 from contextlib import contextmanager
 
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
+
+from shardlab.strategies.deepspeed_experiments import INSTALLED
 
 
 class _LightningDeepSpeed(DeepSpeedStrategy):
@@ -74,30 +77,10 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
             dist_init_required=False,
         )
         share_backup_optimizer(ds_optimizer)
-        if "no-fetch-sync" in self.experiments:
-            from shardlab.strategies import deepspeed_fetch
-
-            deepspeed_fetch.install(engine.module)
-        if "param-lists" in self.experiments:
-            from shardlab.strategies import deepspeed_param_lists
-
-            deepspeed_param_lists.install(engine.module)
-        if "no-nvtx" in self.experiments:
-            from shardlab.strategies import deepspeed_nvtx
-
-            deepspeed_nvtx.install()
-        if "fused-step" in self.experiments:
-            from shardlab.strategies import deepspeed_zero3_step
-
-            deepspeed_zero3_step.install(ds_optimizer)
-        if "late-wait" in self.experiments:
-            from shardlab.strategies import deepspeed_late_wait
-
-            deepspeed_late_wait.install(ds_optimizer)
-        if "gpu-cast" in self.experiments:
-            from shardlab.strategies import deepspeed_offload_cast
-
-            deepspeed_offload_cast.install(ds_optimizer)
+        targets = {"model": (engine.module,), "optimizer": (ds_optimizer,), "process": ()}
+        for name, (module, target) in INSTALLED.items():  # in this order: late-wait after fused-step
+            if name in self.experiments:
+                importlib.import_module(f"shardlab.strategies.{module}").install(*targets[target])
         return engine, ds_optimizer
 
 

@@ -4,8 +4,8 @@ module's parameter list built once) and `no-nvtx` (strategies/deepspeed_nvtx.py,
 Their values are checked where each is switched off and on within one run (tests/recipes/test_lever_ab.py: the same
 losses as zero3's defaults to the bit, and each acting only on the steps it was on); here, in-process, that they are
 offered and switchable but not defaults, and refused under a DeepSpeed whose code was not read for them; and on 2
-ranks, param-lists alone against test_parity's zero3 run, and all three of zero3's host levers together under
-activation checkpointing and accumulation.
+ranks, param-lists alone against test_parity's zero3 run, and zero3's four host levers together (these two,
+no-fetch-sync and late-wait) under activation checkpointing and accumulation.
 """
 from __future__ import annotations
 
@@ -55,13 +55,14 @@ def test_param_lists_on_two_ranks_gather_and_release_what_deepspeed_does(train, 
     assert "zero3-param-list" in trace.read_text()
 
 
-def test_the_three_host_levers_together_under_checkpointing_and_accumulation(train):
-    """What a default of them would run: param-lists, no-nvtx and no-fetch-sync on 2 ranks with activation
+def test_the_host_levers_together_under_checkpointing_and_accumulation(train):
+    """What a default of them would run: param-lists, no-nvtx, no-fetch-sync and late-wait on 2 ranks with activation
     checkpointing (each layer's forward again in backward, fetching its parameters once more) and accumulation 2,
     against zero3's defaults: the same losses to the bit."""
     flags = ("--model", "tiny-llama3", "--max-steps", "4", "--micro-batch-size", "2", "--seq-len", "64", "--data",
              str(CHAT_DATA), "--precision", "bf16-mixed", "--grad-clip", "0.05", "--activation-checkpointing",
              "--grad-accum", "2", "--no-export")
-    levers = train("zero3", *flags, "--experiments", "lean-config,fused-step,param-lists,no-nvtx,no-fetch-sync")
+    levers = train("zero3", *flags, "--experiments",
+                   "lean-config,fused-step,param-lists,no-nvtx,no-fetch-sync,late-wait")
     stock = train("zero3", *flags)
     assert levers["world_size"] == 2 and levers["losses"] == stock["losses"] and stock["losses"][-1] < stock["losses"][0]
