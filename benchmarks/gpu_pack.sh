@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Packs what a `run` call on the GPU machine needs, from the repo root here: carry [".carry", ".gpu"] and start the
+# command with `source .gpu/setup.sh` (it installs the wheels once per machine and makes shardlab importable from .gpu/src).
+#   .carry/whl/          deepspeed, hjson, pydantic (../shared/gpu/make_wheels.sh), liger-kernel, torchao, datasets:
+#                        what the GPU image (Python 3.12) lacks
+#   .carry/extra.tar.xz  datasets' compiled dependencies (pyarrow, xxhash, ...), unpacked there only where the image's
+#                        own cannot import
+#   .gpu/src/            a copy of this tree (the package, benchmarks/*.py, the test scripts a call runs)
+#   .gpu/setup.sh        the first line of every call
+# Re-run it after any change to the code a call runs: `bash benchmarks/gpu_pack.sh` (wheels are kept once built;
+# --src refreshes only .gpu/src). Both folders are git-ignored; together they stay under run's 64 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY312=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+pin() { sed -n "s/^$1==//p" .ci/constraints.txt; }
+dl() {  # wheels for the GPU image's Python into the first argument's folder; pip's warnings about local indexes dropped
+  local log; log=$(mktemp)
+  python3 -m pip download -q --no-deps "${PY312[@]}" -d "$@" 2> "$log" || { grep -v WARN "$log" >&2; rm -f "$log"; exit 1; }
+  rm -f "$log"
+}
+
+if [ "${1:-}" != "--src" ] && [ ! -f .carry/extra.tar.xz ]; then
+  bash ../shared/gpu/make_wheels.sh "$(pin deepspeed)" > /dev/null 2> >(grep -v WARNING >&2)
+  mkdir -p .carry/whl && cp .whl/*.whl .carry/whl/
+  dl .carry/whl "datasets==$(pin datasets)" "torchao==$(pin torchao)" liger-kernel==0.8.5
+  tmp=$(mktemp -d)
+  # datasets' own pins (its METADATA), compiled for 3.12
+  dl "$tmp/whl" pyarrow "dill<0.4.2" xxhash "multiprocess<0.70.20" "fsspec<=2026.9.0"
+  mkdir "$tmp/site" && for w in "$tmp"/whl/*.whl; do python3 -m zipfile -e "$w" "$tmp/site"; done
+  tar cJf .carry/extra.tar.xz.tmp -C "$tmp/site" . && mv .carry/extra.tar.xz.tmp .carry/extra.tar.xz
+  rm -rf "$tmp"
+fi
+
+rm -rf .gpu/src.tmp && mkdir -p .gpu/src.tmp/benchmarks .gpu/src.tmp/tests/strategies
+cp -r core strategies recipes pyproject.toml .gpu/src.tmp/
+cp benchmarks/*.py .gpu/src.tmp/benchmarks/
+cp tests/__init__.py .gpu/src.tmp/tests/
+cp tests/strategies/__init__.py tests/strategies/*_steps.py .gpu/src.tmp/tests/strategies/
+find .gpu/src.tmp -name __pycache__ -prune -exec rm -rf {} +
+rm -rf .gpu/src && mv .gpu/src.tmp .gpu/src
+
+cat > .gpu/setup.sh <<'EOF'
+# Sourced at the start of every call (written by benchmarks/gpu_pack.sh): the wheels into /tmp/site once per machine,
+# shardlab importable from .gpu/src, el() the seconds since T0.
+T0=${T0:-$(date +%s)}; el() { echo $(( $(date +%s) - T0 )); }
+if [ ! -f /tmp/site.ready ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl 2>&1 | grep -v WARN | tail -2
+  PYTHONPATH=/tmp/site python3 -c "import datasets, pyarrow.parquet, dill, xxhash, multiprocess" 2>/dev/null || { echo "image datasets/pyarrow unusable: carried ones"; tar xJf .carry/extra.tar.xz -C /tmp/site; }
+  touch /tmp/site.ready
+fi
+mkdir -p /tmp/sl; ln -sfn $PWD/.gpu/src /tmp/sl/shardlab
+export PYTHONUNBUFFERED=1 SHARDLAB_CACHE=/tmp/cache PYTHONPATH=/tmp/site:/tmp/sl:$PWD/.gpu/src
+python3 -c "import datasets, deepspeed, liger_kernel, pydantic, torchao, shardlab.recipes.run, torch; print('imports ok', datasets.__version__, torchao.__version__, torch.__version__)" 2>&1 | grep -v Warn | tail -1
+mkdir -p /tmp/logs
+echo "setup at $(el)s"
+EOF
+du -sh .carry .gpu | tr '\n' ' '; echo
