@@ -6,7 +6,7 @@
 #   .carry/extra.tar.xz  datasets' compiled dependencies (pyarrow, xxhash, ...), unpacked there only where the image's
 #                        own cannot import
 #   .gpu/src/            a copy of this tree (the package, benchmarks/*.py, the test scripts a call runs)
-#   .gpu/setup.sh        the first line of every call
+#   .gpu/setup.sh        the first line of every call (benchmarks/gpu_setup.sh)
 # Re-run it after any change to the code a call runs: `bash benchmarks/gpu_pack.sh` (wheels are kept once built;
 # --src refreshes only .gpu/src). Both folders are git-ignored; together they stay under run's 64 MiB.
 set -euo pipefail
@@ -40,19 +40,5 @@ cp tests/strategies/__init__.py tests/strategies/*_steps.py .gpu/src.tmp/tests/s
 find .gpu/src.tmp -name __pycache__ -prune -exec rm -rf {} +
 rm -rf .gpu/src && mv .gpu/src.tmp .gpu/src
 
-cat > .gpu/setup.sh <<'EOF'
-# Sourced at the start of every call (written by benchmarks/gpu_pack.sh): the wheels into /tmp/site once per machine,
-# shardlab importable from .gpu/src, el() the seconds since T0.
-T0=${T0:-$(date +%s)}; el() { echo $(( $(date +%s) - T0 )); }
-if [ ! -f /tmp/site.ready ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl 2>&1 | grep -v WARN | tail -2
-  PYTHONPATH=/tmp/site python3 -c "import datasets, pyarrow.parquet, dill, xxhash, multiprocess" 2>/dev/null || { echo "image datasets/pyarrow unusable: carried ones"; tar xJf .carry/extra.tar.xz -C /tmp/site; }
-  touch /tmp/site.ready
-fi
-mkdir -p /tmp/sl; ln -sfn $PWD/.gpu/src /tmp/sl/shardlab
-export PYTHONUNBUFFERED=1 SHARDLAB_CACHE=/tmp/cache PYTHONPATH=/tmp/site:/tmp/sl:$PWD/.gpu/src
-python3 -c "import datasets, deepspeed, liger_kernel, pydantic, torchao, shardlab.recipes.run, torch; print('imports ok', datasets.__version__, torchao.__version__, torch.__version__)" 2>&1 | grep -v Warn | tail -1
-mkdir -p /tmp/logs
-echo "setup at $(el)s"
-EOF
+cp benchmarks/gpu_setup.sh .gpu/setup.sh
 du -sh .carry .gpu | tr '\n' ' '; echo

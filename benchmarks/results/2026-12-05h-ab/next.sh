@@ -8,7 +8,7 @@
 # Part c: a zero3 profile naming Python functions (SHARDLAB_PROFILE_PYTHON), the two memory points zero3's new defaults
 # need (DEFAULTS: its lever list joined by dots, e.g. DEFAULTS=lean-config.fused-step.param-lists.no-nvtx; none of the
 # three allocates, so the peak should not move), and goal 1's pairs with the Trainer in both orders.
-# Setup as in 2026-12-05g-h100/callH.sh (.gpu/setup.sh from 2026-12-05-zero3-experiments-h200/setup.sh; .gpu/src a copy
+# Setup as in 2026-12-05g-h100/callH.sh (.gpu/setup.sh from benchmarks/gpu_setup.sh; .gpu/src a copy
 # of the tree; this file copied to .gpu/next.sh).
 # Predictions (before the run), each 95% interval within +-0.5% on the GPU:
 # - param-lists 1.01-1.02x on llama-1b (117 walks a step answered from the lists, ~3.3 ms of Python on the CPU, where

@@ -1,4 +1,6 @@
-# Sourced at the start of every call: wheels into /tmp/site (once per machine), shardlab importable from .gpu/src.
+# Sourced at the start of every GPU call as .gpu/setup.sh (benchmarks/gpu_pack.sh puts it there; the calls of 2026-12-05 on
+# ran it, then kept as results/2026-12-05-zero3-experiments-h200/setup.sh): the wheels into /tmp/site once per machine,
+# shardlab importable from .gpu/src, el() the seconds since T0.
 T0=${T0:-$(date +%s)}; el() { echo $(( $(date +%s) - T0 )); }
 if [ ! -f /tmp/site.ready ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl 2>&1 | grep -v WARN | tail -2
