@@ -21,7 +21,9 @@ dl() {  # wheels for the GPU image's Python into the first argument's folder; pi
 }
 
 if [ "${1:-}" != "--src" ] && [ ! -f .carry/extra.tar.xz ]; then
-  bash ../shared/gpu/make_wheels.sh "$(pin deepspeed)" > /dev/null 2> >(grep -v WARNING >&2)
+  wheels=${SHARED:-../shared}/gpu/make_wheels.sh  # SHARED: where the workplace's shared folder is, from this checkout
+  [ -f "$wheels" ] || { echo "gpu_pack.sh: $wheels not found; set SHARED to the shared folder" >&2; exit 2; }
+  bash "$wheels" "$(pin deepspeed)" > /dev/null 2> >(grep -v WARNING >&2)
   mkdir -p .carry/whl && cp .whl/*.whl .carry/whl/
   dl .carry/whl "datasets==$(pin datasets)" "torchao==$(pin torchao)" liger-kernel==0.8.5
   tmp=$(mktemp -d)
