@@ -27,8 +27,17 @@ if [ "${1:-}" != "--src" ] && [ ! -f .carry/extra.tar.xz ]; then
   mkdir -p .carry/whl && cp .whl/*.whl .carry/whl/
   dl .carry/whl "datasets==$(pin datasets)" "torchao==$(pin torchao)" liger-kernel==0.8.5
   tmp=$(mktemp -d)
-  # datasets' own pins (its METADATA), compiled for 3.12
-  dl "$tmp/whl" pyarrow "dill<0.4.2" xxhash "multiprocess<0.70.20" "fsspec<=2026.9.0"
+  # its compiled (and pickling) dependencies at the versions its METADATA asks for, built for 3.12
+  mapfile -t deps < <(python3 - .carry/whl/datasets-*.whl <<'PY'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+for req in re.findall(r"^Requires-Dist: (.+)$", meta, re.M):
+    if ";" not in req and re.match(r"(pyarrow|dill|xxhash|multiprocess|fsspec)\b", req):
+        print(req.replace(" ", ""))
+PY
+)
+  dl "$tmp/whl" "${deps[@]}"
   mkdir "$tmp/site" && for w in "$tmp"/whl/*.whl; do python3 -m zipfile -e "$w" "$tmp/site"; done
   tar cJf .carry/extra.tar.xz.tmp -C "$tmp/site" . && mv .carry/extra.tar.xz.tmp .carry/extra.tar.xz
   rm -rf "$tmp"

@@ -19,8 +19,8 @@ AdamW steps every group (fused-step asks for it); anything else runs DeepSpeed's
    gradients cleared, the engine's skipped_steps); the parameters were left as they were by the kernel.
 
 Values: unchanged (tests/recipes/test_lever_ab.py: the same losses as zero3's defaults to the bit;
-tests/strategies/test_zero3_late_wait.py: a step whose gradients hold a NaN skipped as DeepSpeed skips it; under CUDA on one H100 too, the device-side wait made
-each step). Measured on one H100 against itself within one run (SHARDLAB_AB, llama-1b micro-batch 8, 24 steps a
+tests/strategies/test_zero3_late_wait.py: a step whose gradients hold a NaN skipped as DeepSpeed skips it; under CUDA
+on one H100 too, the device-side wait made each step). Measured on one H100 against itself within one run (SHARDLAB_AB, llama-1b micro-batch 8, 24 steps a
 side): 1.015x (95%: 1.012-1.022), predicted 1.01-1.03x (results/2026-12-05i-late-wait.md); not a default until the 3B
 shape is measured and the memory points of the defaults with it. Refused under any DeepSpeed but 0.19.8 and without
 fused-step (deepspeed_experiments.py). With SHARDLAB_TRACE set, each step it runs is noted (`zero3-late-wait`), and
