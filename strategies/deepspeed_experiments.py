@@ -10,8 +10,10 @@ of magnitude of bf16 loss differences as zero3 against fsdp): llama-1b micro-bat
 57,381, lean-config 64,668, both 67,677 (0.989x fsdp's 68,438); the 3B shape micro-batch 4, stock 20,505, both 21,355
 (0.970x fsdp's 22,026; 1.000x in a second call); with checkpointing the peak (in the step) 2.4 GiB lower on llama-1b,
 6.4 on the 3B shape: no 16-bit concatenated gradient copy, no contiguous bucket (zero3_states counts it). So both are
-zero3's defaults; `--experiments none` runs DeepSpeed's stock ZeRO-3 (e.g. `recipe compare --strategies
-zero3:experiment=none,zero3`).
+zero3's defaults, and late-wait with them: against itself within one run on one H100 1.015x on llama-1b (95%:
+1.012-1.022, results/2026-12-05i-late-wait.md) and 1.018x on the 3B shape (1.012-1.024), the peak unchanged to the
+byte (results/2026-12-06b-h100.md); the others are offered. `--experiments none` runs DeepSpeed's stock ZeRO-3 (e.g.
+`recipe compare --strategies zero3:experiment=none,zero3`).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ ZERO3 = {
                  "DeepSpeed's gradient stream on the device, and the clip norm's inf/NaN check is read after the update "
                  "(the fused AdamW skips it on the device where the check fails); needs fused-step",
 }
-ZERO3_DEFAULTS = ("lean-config", "fused-step")
+ZERO3_DEFAULTS = ("lean-config", "fused-step", "late-wait")
 ZERO3_OFFLOAD = {
     # lean-config under offload: not yet measured on a GPU (zero3: +12%); at the selector's offload batch the Trainer's
     # offload with Liger ran 1.07x shardlab's default (results/2026-12-05d-h200.md), so it is offered to be measured
@@ -83,8 +85,8 @@ def refusal(name: str, precision: str) -> str:
     if version("deepspeed") != PRIVATE_DEEPSPEED:
         return (f"written against DeepSpeed {PRIVATE_DEEPSPEED}, and deepspeed {version('deepspeed')} is installed; "
                 f"pip install deepspeed=={PRIVATE_DEEPSPEED} or drop the experiment")
-    if name == "fused-step" and precision == "16-mixed":  # its loss-scale arithmetic never ran: fp16 is GPU-only, unmeasured
-        return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
+    if name in ("fused-step", *NEEDS) and precision == "16-mixed":  # its loss-scale arithmetic never ran: fp16 is GPU-only,
+        return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"  # unmeasured
     return ""
 
 

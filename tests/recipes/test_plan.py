@@ -128,8 +128,9 @@ def test_plan_takes_the_presets_experiments_into_the_resolved_run(in_process, ca
 
 
 def test_zero3_takes_its_default_experiments_where_they_can_run(in_process, monkeypatch):
-    """Without --experiments, zero3 resolves to its defaults (lean-config, fused-step) and says so; fused-step is
-    left out where it would be refused (16-mixed, another DeepSpeed); other presets get none."""
+    """Without --experiments, zero3 resolves to its defaults (lean-config, fused-step, late-wait) and says so; fused-step
+    and late-wait (which works through it) are left out where they would be refused (16-mixed, another DeepSpeed);
+    other presets get none."""
     import importlib.metadata
 
     from shardlab.core.resolved import ResolvedRun
@@ -140,8 +141,8 @@ def test_zero3_takes_its_default_experiments_where_they_can_run(in_process, monk
         return ResolvedRun.model_validate(json.loads(out)["resolved"])
 
     run = resolved("--strategy", "zero3")
-    assert run.config.experiments == ["lean-config", "fused-step"]
-    assert any(d.startswith("experiments lean-config,fused-step: zero3's defaults") for d in run.decisions)
+    assert run.config.experiments == ["lean-config", "fused-step", "late-wait"]
+    assert any(d.startswith("experiments lean-config,fused-step,late-wait: zero3's defaults") for d in run.decisions)
     assert resolved("--strategy", "zero2").config.experiments == []
     gpu = ("--strategy", "zero3", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib", "80", "--kernels", "torch")
     rc, out, err = in_process("plan", *gpu, "--precision", "16-mixed", "--json")

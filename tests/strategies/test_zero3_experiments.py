@@ -46,7 +46,7 @@ def test_zero3_experiments_train_the_model_zero3_trains(compared):
     assert m["parity"] and m["verdict"].startswith("PARITY"), m["verdict"]
     stock = runs["zero3:experiment=none"]["losses"]
     assert stock[-1] < stock[0] and runs["zero3:experiment=none"]["config"]["experiments"] == []
-    assert runs["zero3"]["config"]["experiments"] == ["lean-config", "fused-step"]
+    assert runs["zero3"]["config"]["experiments"] == ["lean-config", "fused-step", "late-wait"]
     assert runs["zero3:experiment=lean-config"]["config"]["experiments"] == ["lean-config"]
     for name in NAMES[1:]:
         assert rel_diff(runs[name]["losses"], stock) < 2e-3, (name, runs[name]["losses"], stock)
@@ -100,7 +100,9 @@ def test_fused_step_is_refused_under_another_deepspeed_and_16_mixed(monkeypatch)
                                grad_clip=1.0, micro_batch_size=8, experiments=names))
 
     check(("fused-step",), "bf16-mixed")  # the installed (pinned) version
-    assert zero3.default_experiments("bf16-mixed") == ("lean-config", "fused-step")
+    assert zero3.default_experiments("bf16-mixed") == ("lean-config", "fused-step", "late-wait")
+    for name in ("fused-step", "late-wait"):  # late-wait works through fused-step
+        assert zero3.experiment_refusal(name, "16-mixed").startswith("not yet run under fp16 loss scaling")
     with pytest.raises(UserError, match=r"^--experiments fused-step: not yet run under fp16 loss scaling"):
         check(("fused-step",), "16-mixed")
     assert zero3.default_experiments("16-mixed") == ("lean-config",)

@@ -1,11 +1,11 @@
-"""zero3's `late-wait` lever (strategies/deepspeed_late_wait.py, offered, switchable, not a default): the step's host
+"""zero3's `late-wait` lever (strategies/deepspeed_late_wait.py, switchable, one of zero3's defaults): the step's host
 waits for the GPU moved after its kernels are queued.
 
 Its values are checked where it is switched off and on within one run (tests/recipes/test_lever_ab.py: the Llama 3
 shape, the same losses as zero3's defaults to the bit, acting on exactly its on-steps). Here: DeepSpeed's ZeRO-3
 optimizer in one real process (late_wait_steps.py) with a step whose gradients are NaN, which DeepSpeed skips: with
 the lever every step leaves what DeepSpeed's own step leaves (parameters, Adam's moments and step count, the skip
-count, the norm) to the bit; in-process, that it is offered and switchable, not a default, and refused without
+count, the norm) to the bit; in-process, that it is switchable and a default, and refused without
 fused-step and under another DeepSpeed. The end-of-backward wait on the device has no CPU path (no streams); the GPU
 machine ran late_wait_steps.py under CUDA (benchmarks/results/2026-12-05i-late-wait.md: the same values, the wait made
 on the device each step).
@@ -43,7 +43,7 @@ def test_offered_switchable_needs_fused_step_and_refused_under_another_deepspeed
     from shardlab.core.strategy import RunContext
 
     zero3 = registry.get("zero3").build()
-    assert "late-wait" in zero3.capabilities.switchable and "late-wait" not in zero3.default_experiments("bf16-mixed")
+    assert "late-wait" in zero3.capabilities.switchable and "late-wait" in zero3.default_experiments("bf16-mixed")
 
     def ctx(*levers):
         return RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1,
