@@ -62,6 +62,10 @@ def run_raw(out: Path, name: str, mb: int, steps: int) -> dict:
             "wall_s": wall, "command": f"MB={mb} SEQ=2048 STEPS={steps} python3 benchmarks/raw_anchor.py {name}"}
 
 
+# The environment that changes a run, written into its row's command (it is part of what ran).
+COMMAND_ENV = ("SHARDLAB_AB", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
 def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], tag: str, warmup: int = WARMUP,
                  grad_accum: int = 1, model: str = "llama-1b") -> dict:
     folder = out / f"{tag}-{name}-{time.time_ns()}"
@@ -83,7 +87,7 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
             "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]], "wall_s": wall,
             "estimate_gpu_bytes": (s.get("memory_estimate") or {}).get("gpu_bytes"), "config": s["config"],
             "lever_ab": s.get("lever_ab"),  # SHARDLAB_AB set: the lever off and on within this run (recipes/lever_ab.py)
-            "command": (f"SHARDLAB_AB={os.environ['SHARDLAB_AB']} " if os.environ.get("SHARDLAB_AB") else "")
+            "command": "".join(f"{k}={os.environ[k]} " for k in COMMAND_ENV if os.environ.get(k))
             + "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
 
 
