@@ -1,5 +1,6 @@
-"""zero3's host-time levers, both offered, neither a default (late-wait is one, test_zero3_late_wait.py): `param-lists` (strategies/deepspeed_param_lists.py, each
-module's parameter list built once) and `no-nvtx` (strategies/deepspeed_nvtx.py, DeepSpeed's NVTX ranges off).
+"""zero3's host-time levers, both offered, neither a default (late-wait is one, test_zero3_late_wait.py):
+`param-lists` (strategies/deepspeed_param_lists.py, each module's parameter list built once) and `no-nvtx`
+(strategies/deepspeed_nvtx.py, DeepSpeed's NVTX ranges off).
 
 Their values are checked where each is switched off and on within one run (tests/recipes/test_lever_ab.py: the same
 losses as zero3's defaults to the bit, and each acting only on the steps it was on); here, in-process, that they are

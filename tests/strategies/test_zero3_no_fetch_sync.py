@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import LLAMA3
 from tests.strategies.test_fsdp_direct_cast import ONE_RANK
 
-DEFAULTS = "lean-config,fused-step"
+DEFAULTS = "lean-config,fused-step"  # zero3's defaults when this was written (late-wait joined them later)
 
 
 def test_no_fetch_sync_trains_what_deepspeeds_one_rank_fetch_trains(train, tmp_path, monkeypatch):
