@@ -77,7 +77,8 @@ def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any])
 
 def refusal(name: str, precision: str) -> str:
     """Why lever `name` cannot run here ('' where it can): the PRIVATE levers only under the DeepSpeed whose private code
-    (or flag) they were written against; fused-step not under fp16 loss scaling."""
+    (or flag) they were written against; fused-step not under fp16 loss scaling, nor a lever that needs it (NEEDS).
+    fused-step's loss-scale arithmetic has never run: fp16 is GPU-only, and unmeasured."""
     from importlib.metadata import version
 
     if name not in PRIVATE:
@@ -85,8 +86,9 @@ def refusal(name: str, precision: str) -> str:
     if version("deepspeed") != PRIVATE_DEEPSPEED:
         return (f"written against DeepSpeed {PRIVATE_DEEPSPEED}, and deepspeed {version('deepspeed')} is installed; "
                 f"pip install deepspeed=={PRIVATE_DEEPSPEED} or drop the experiment")
-    # fused-step's loss-scale arithmetic never ran (fp16 is GPU-only, unmeasured); late-wait works through fused-step
-    if name in ("fused-step", *NEEDS) and precision == "16-mixed":
+    if name in NEEDS:  # a lever that works through another cannot run where that one cannot
+        return refusal(NEEDS[name][0], precision)
+    if name == "fused-step" and precision == "16-mixed":
         return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
     return ""
 

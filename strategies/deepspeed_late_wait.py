@@ -1,4 +1,4 @@
-"""zero3's `late-wait` lever (offered, switchable, not a default): the step's two host waits for the GPU moved later.
+"""zero3's `late-wait` lever (switchable, one of zero3's defaults): the step's two host waits for the GPU moved later.
 
 On one H100 zero3's GPU idles ~44 ms a step against fsdp's ~15 (results/2026-12-05g-h100.md), and its two longest gaps
 a step follow a host wait each: ~7 ms after DeepSpeed's epilogue waits for its gradient stream at the end of backward,
@@ -18,13 +18,14 @@ AdamW steps every group (fused-step asks for it); anything else runs DeepSpeed's
    then is the check read. Where it failed, DeepSpeed's own overflow path runs as it would have (no step counted, the
    gradients cleared, the engine's skipped_steps); the parameters were left as they were by the kernel.
 
-Values: unchanged (tests/recipes/test_lever_ab.py: the same losses as zero3's defaults to the bit;
-tests/strategies/test_zero3_late_wait.py: a step whose gradients hold a NaN skipped as DeepSpeed skips it; under CUDA
-on one H100 too, the device-side wait made each step). Measured on one H100 against itself within one run (SHARDLAB_AB, llama-1b micro-batch 8, 24 steps a
-side): 1.015x (95%: 1.012-1.022), predicted 1.01-1.03x (results/2026-12-05i-late-wait.md); not a default until the 3B
-shape is measured and the memory points of the defaults with it. Refused under any DeepSpeed but 0.19.8 and without
-fused-step (deepspeed_experiments.py). With SHARDLAB_TRACE set, each step it runs is noted (`zero3-late-wait`), and
-each device-side epilogue wait (`zero3-epilogue-device-wait`).
+Values: unchanged (tests/recipes/test_lever_ab.py: the same losses as lean-config,fused-step alone, to the bit;
+tests/strategies/test_zero3_late_wait.py: a step whose gradients hold a NaN skipped as DeepSpeed skips it; under CUDA on
+one H100 too, the device-side wait made each step). Measured on one H100 against itself within one run (SHARDLAB_AB,
+llama-1b micro-batch 8, 24 steps a side): 1.015x (95%: 1.012-1.022), predicted 1.01-1.03x
+(results/2026-12-05i-late-wait.md); the 3B shape 1.018x (1.012-1.024), the peak unchanged to the byte
+(results/2026-12-06b-h100.md), so a zero3 default since. Refused under any DeepSpeed but 0.19.8 and without fused-step
+(deepspeed_experiments.py). With SHARDLAB_TRACE set, each step it runs is noted (`zero3-late-wait`), and each
+device-side epilogue wait (`zero3-epilogue-device-wait`).
 """
 from __future__ import annotations
 

@@ -12,16 +12,12 @@
 # step to fsdp's ~15, the pair 0.94-0.97x. On an H200, goal 2 0.97-0.99x on llama-1b and 0.96-0.99x on the 3B shape
 # (0.989x / 0.970-1.000x there on 2026-12-05, since when fsdp gained ~3% and zero3 late-wait's ~1.7%); goal 1
 # 1.05-1.07x (no fsdp default moved since).
-set -u; T0=$(date +%s); source .gpu/setup.sh; LIMIT=${LIMIT:-540}
-W=/tmp/we; mkdir -p $W; finish() { tar czf $OUT/we.tgz -C /tmp we; echo "tarred at $(el)s"; }
-trap finish EXIT
-fits() { [ $(( $(el) + $1 )) -le $LIMIT ]; }
+set -u; T0=$(date +%s); source .gpu/setup.sh; outputs we
 cd .gpu/src
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$DEV"
 M="'llama-3.2-3b'"; case "$DEV" in *H200*) M="$M, 'llama-1b'";; esac
 python3 -c "from shardlab.recipes.model import initial_folder as f; [print(f(m, 42)) for m in ($M,)]" 2>&1 | tail -2
 echo "folder at $(el)s"
-q() { grep -v Warn | grep '^{' | cut -c1-300; echo "  at $(el)s"; }
 R="python3 -m shardlab.recipes.cli run --model llama-3.2-3b --precision bf16-mixed --seq-len 2048 --no-export --metrics none --micro-batch-size 4 --max-steps 10"
 profiles() {
   fits 80 && { SHARDLAB_PROFILE=$W/profile-zero3-3b.txt timeout 80 $R --strategy zero3 --output $W/rz > $W/rz.log 2>&1; echo "zero3 profile rc $? at $(el)s"; }
