@@ -11,7 +11,7 @@ from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, OptimizerSpec, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies import deepspeed_console  # silences DeepSpeed's messages a user cannot act on, on import
 from shardlab.strategies import deepspeed_experiments as experiments
-from shardlab.strategies.deepspeed_offload import OFFLOAD_RATIO_SUB_GROUP_SIZE, offloaded_share
+from shardlab.strategies.deepspeed_offload import OFFLOAD_RATIO_SUB_GROUP_SIZE, offloaded_share, sub_groups
 from shardlab.strategies._common import adam_step, is_rank_zero, process_group_backend
 
 if TYPE_CHECKING:  # torch, Lightning and DeepSpeed load when a run builds the strategy, not when the registry lists it
@@ -80,7 +80,8 @@ ZERO2_OFFLOAD_OVERHEAD = int(0.25 * 2**30)
 ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
-def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool, fused_step: bool = False) -> ModelStates:
+def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool, fused_step: bool = False,
+                 sub_group_size: int = int(1e12)) -> ModelStates:
     """ZeRO-3, the unit fetched whole being the larger of a decoder layer (shardlab's fetch unit, build_model) and
     the largest module (DeepSpeed's "largest layer").
     GPU through forward/backward: the fetched unit (4 bytes a parameter, DeepSpeed's convention) and the 16-bit
@@ -89,7 +90,9 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
     (6n / gpus): llama-1b with checkpointing peaks at 22.97 GiB at micro-batch 4 and 8 alike (estimate 23.3),
     the 3B shape at 66.3 (67.8). zero3's fused-step (its default) casts the fp32 gradient straight from the flat
     16-bit buffer, so the step adds 4n / gpus: llama-1b with checkpointing 20.55 GiB (estimate 21.2), the 3B shape
-    59.91 (61.8) (results/2026-12-05-zero3-experiments-h200.md).
+    59.91 (61.8) (results/2026-12-05-zero3-experiments-h200.md). DeepSpeed steps the partition a sub-group at a time
+    and frees each one's fp32 gradient before the next (_release_sub_group): the step adds that much of the largest
+    sub-group (`sub_group_size`; zero3's 1e12 makes the partition one, its sub-groups lever 2e8).
     Optimizer offload keeps the 16-bit parameter partition on the GPU (and DeepSpeed's buckets while layers'
     gradients arrive); parameter offload keeps up to stage3_max_live_parameters fetched back for compute, never
     more than optimizer offload alone holds; at world size 1 nothing is gathered beside them. Beside a recomputed
@@ -122,14 +125,15 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
         return ModelStates(gpu=(fetched if gpus > 1 else 0) + resident, cpu=cpu, fixed_overhead=REDUCE_BUCKET_BYTES,
                            gradient_buckets=ZERO3_OFFLOAD_FLUSH_BYTES + norm + held)
     forward = fetched + int(16 * n / gpus)
-    step_only = int((4 if fused_step else 6) * n / gpus)
+    step_only = (4 if fused_step else 6) * min(int(n / gpus), max(sub_groups(s, gpus, sub_group_size)))
     return ModelStates(gpu=forward + step_only, cpu=int(largest * 4 * w.gpus_per_node * 1.5), step_only=step_only)
 
 
 # ZeRO-3 without offload runs with the zero_optimization settings of Lightning's DeepSpeedStrategy
 # (the raw anchor): overlap_comm measured +7% tokens/s on one H200 (34,710-35,080 -> 37,547, llama-1b,
 # results/2026-12-02-gpu-strategies-h200.md); the bucket and sub-group sizes are the anchor's, not
-# measured apart. Other presets keep DeepSpeed's defaults (ZeRO-2 is at parity with its anchor).
+# measured apart; zero3's sub-groups lever (a default) sets sub_group_size 2e8 over it (deepspeed_experiments.py). Other
+# presets keep DeepSpeed's defaults (ZeRO-2 is at parity with its anchor).
 ZERO3_TUNING: dict[str, Any] = {"overlap_comm": True, "reduce_bucket_size": int(2e8), "allgather_bucket_size": int(2e8),
                                 "sub_group_size": int(1e12)}
 
@@ -266,7 +270,8 @@ class ZeRO(Strategy):
             return zero2_states(shape.params, work, offload=self.offload != "none")
         levers = work.experiments if work.experiments is not None else self.default_experiments(work.precision)
         return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all",
-                            fused_step="fused-step" in levers)
+                            fused_step="fused-step" in levers,
+                            sub_group_size=experiments.sub_group_size(levers, self.tuning.get("sub_group_size", int(1e9))))
 
     def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
         config = self.ds_config(ctx)

@@ -35,6 +35,14 @@ def offloaded_share(s: Shape, gpus: int, ratio: float, sub_group_size: int = OFF
     stage3.py cuts and assigns them (see OFFLOAD_RATIO_SUB_GROUP_SIZE); exactly 1.0 for ratio 1."""
     if ratio >= 1:
         return 1.0
+    groups = sub_groups(s, gpus, sub_group_size)
+    on_gpu = sum(groups[:int((1 - ratio) * len(groups))])
+    return 1 - on_gpu / sum(groups)
+
+
+def sub_groups(s: Shape, gpus: int, sub_group_size: int) -> list[int]:
+    """The element counts of a rank's sub-groups, as stage3.py's _create_fp16_sub_groups cuts its partition (one
+    parameter group: shardlab's optimizer has one)."""
     parts = [-(-n // gpus) for n in _parameter_sizes(s)]  # each parameter's partition (ceil: DeepSpeed pads)
     groups, acc = [], 0
     for k, n in enumerate(parts):
@@ -42,5 +50,4 @@ def offloaded_share(s: Shape, gpus: int, ratio: float, sub_group_size: int = OFF
         if acc >= sub_group_size or k == len(parts) - 1:
             groups.append(acc)
             acc = 0
-    on_gpu = sum(groups[:int((1 - ratio) * len(groups))])
-    return 1 - on_gpu / sum(parts)
+    return groups

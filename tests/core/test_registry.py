@@ -43,20 +43,21 @@ def test_recipe_strategies_table(in_process):
     assert rc == 0 and "zero3_offload_all" in out
     zero3 = out.split("\n  zero3 ", 1)[1].splitlines()  # its row, then one line per experiment under it
     assert zero3[1].startswith("    --experiments lean-config: ") and zero3[2].startswith("    --experiments fused-step: ")
-    assert all(line.endswith(" (on by default; --experiments none: off)") for line in zero3[1:3] + zero3[6:7])
+    assert all(line.endswith(" (on by default; --experiments none: off)") for line in zero3[1:3] + zero3[6:8])
     assert zero3[3].startswith("    --experiments no-fetch-sync: ") and "by default" not in zero3[3]  # offered only
     assert zero3[4].startswith("    --experiments param-lists: ") and "by default" not in zero3[4]
     assert zero3[5].startswith("    --experiments no-nvtx: ") and "by default" not in zero3[5]
     assert zero3[6].startswith("    --experiments late-wait: ")
-    assert zero3[7].startswith("  zero3_offload ")
+    assert zero3[7].startswith("    --experiments sub-groups: ")
+    assert zero3[8].startswith("  zero3_offload ")
     rc, out, _ = in_process("strategies", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step", "no-fetch-sync", "param-lists",
-                                                                 "no-nvtx", "late-wait"}
+                                                                 "no-nvtx", "late-wait", "sub-groups"}
     assert rows["zero3"]["capabilities"]["switchable"] == ["no-fetch-sync", "param-lists", "no-nvtx",
                                                                 "late-wait"]
     assert rows["fsdp"]["capabilities"]["switchable"] == ["direct-cast", "clip-in-adamw"]
     assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw"]
     assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw"]
     assert rows["ddp"]["capabilities"]["experiments"] == {}
-    assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step", "late-wait"]
+    assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step", "late-wait", "sub-groups"]

@@ -82,11 +82,12 @@ def test_experiments_do_not_stop_an_export(in_process, tmp_path, fmt):
     rc, printed, err = in_process("export-config", "--format", fmt, "--strategy", "zero3", "--accelerator", "gpu",
                                   "--devices", "1", "--micro-batch-size", "4", "--kernels", "torch", "--output", out)
     assert rc == 0 and out.is_file(), err
-    assert "recipe: note: experiments lean-config,fused-step,late-wait: the file holds what they set" in printed
+    assert "recipe: note: experiments lean-config,fused-step,late-wait,sub-groups: the file holds what they set" in printed
     if fmt == "deepspeed":
         written = json.loads(out.read_text())
         assert written["timers"] == {"throughput": {"enabled": False}}
         assert written["zero_optimization"]["memory_efficient_linear"] is False
+        assert written["zero_optimization"]["sub_group_size"] == 2 * 10**8  # sub-groups
 
 
 def test_no_deepspeed_form_for_fsdp_and_nothing_written(in_process, tmp_path):

@@ -141,17 +141,17 @@ def test_zero3_takes_its_default_experiments_where_they_can_run(in_process, monk
         return ResolvedRun.model_validate(json.loads(out)["resolved"])
 
     run = resolved("--strategy", "zero3")
-    assert run.config.experiments == ["lean-config", "fused-step", "late-wait"]
-    assert any(d.startswith("experiments lean-config,fused-step,late-wait: zero3's defaults") for d in run.decisions)
+    assert run.config.experiments == ["lean-config", "fused-step", "late-wait", "sub-groups"]
+    assert any(d.startswith("experiments lean-config,fused-step,late-wait,sub-groups: zero3's defaults") for d in run.decisions)
     assert resolved("--strategy", "zero2").config.experiments == []
     gpu = ("--strategy", "zero3", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib", "80", "--kernels", "torch")
     rc, out, err = in_process("plan", *gpu, "--precision", "16-mixed", "--json")
-    assert rc == 0 and json.loads(out)["resolved"]["config"]["experiments"] == ["lean-config"], err
+    assert rc == 0 and json.loads(out)["resolved"]["config"]["experiments"] == ["lean-config", "sub-groups"], err
     rc, _, err = in_process("plan", *gpu, "--precision", "16-mixed", "--experiments", "fused-step")
     assert rc == 2 and "--experiments fused-step: not yet run under fp16 loss scaling" in err
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1" if name == "deepspeed" else real(name))
-    assert resolved("--strategy", "zero3").config.experiments == ["lean-config"]
+    assert resolved("--strategy", "zero3").config.experiments == ["lean-config", "sub-groups"]
 
 
 @pytest.mark.parametrize("gib,flags,hint", [

@@ -48,7 +48,7 @@ def test_param_lists_on_two_ranks_gather_and_release_what_deepspeed_does(train, 
     once, test_parity's zero3 run (the Llama 3 shape, tied embeddings, validation and a checkpoint) to the bit."""
     trace = tmp_path / "trace.txt"
     monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    lever = train("zero3", *LLAMA3, "--experiments", "lean-config,fused-step,late-wait,param-lists")
+    lever = train("zero3", *LLAMA3, "--experiments", "lean-config,fused-step,late-wait,sub-groups,param-lists")
     monkeypatch.delenv("SHARDLAB_TRACE")
     stock = train("zero3", *LLAMA3)  # zero3's defaults
     assert lever["world_size"] == 2 and lever["losses"] == stock["losses"]

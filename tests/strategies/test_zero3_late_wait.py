@@ -5,7 +5,7 @@ Its values are checked where it is switched off and on within one run (tests/rec
 shape, the same losses as zero3's defaults to the bit, acting on exactly its on-steps). Here: DeepSpeed's ZeRO-3
 optimizer in one real process (late_wait_steps.py) with a step whose gradients are NaN, which DeepSpeed skips: with
 the lever every step leaves what DeepSpeed's own step leaves (parameters, Adam's moments and step count, the skip
-count, the norm) to the bit; in-process, that it is switchable and a default, and refused without
+count, the norm) to the bit, and so in two sub-groups (zero3's sub-groups lever); in-process, that it is switchable and a default, and refused without
 fused-step and under another DeepSpeed. The end-of-backward wait on the device has no CPU path (no streams); the GPU
 machine ran late_wait_steps.py under CUDA (benchmarks/results/2026-12-05i-late-wait.md: the same values, the wait made
 on the device each step).
@@ -22,17 +22,33 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_nan_step_is_skipped_as_deepspeed_skips_it_and_the_rest_is_unchanged():
+@pytest.fixture(scope="module")
+def seen() -> dict:
     done = subprocess.run([sys.executable, "-m", "tests.strategies.late_wait_steps", "29731"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_nan_step_is_skipped_as_deepspeed_skips_it_and_the_rest_is_unchanged(seen):
     stock, late = seen["stock"], seen["late_wait"]
     assert [(s["skipped"], s["overflow"], s["adam_step"]) for s in stock] == [(0, False, 1.0), (1, True, 1.0),
                                                                                (1, False, 2.0)]
     assert stock[1]["params"] == stock[0]["params"] and stock[2]["params"] != stock[1]["params"]
     assert json.dumps(late) == json.dumps(stock)  # NaN and inf compare as written
     assert seen["late_wait_steps"] == 3 and seen["epilogue_device_waits"] == 0  # CPU: no stream to wait for
+
+
+def test_in_sub_groups_the_steps_leave_the_same_values(seen):
+    """zero3's sub-groups lever (DeepSpeed's sub_group_size) under fused-step and late-wait: the partition stepped a
+    sub-group at a time, each one's gradient cast from its span, the NaN step skipped in every sub-group; parameters,
+    moments, step counts and norms as in one sub-group, to the bit here (the norm's per-sub-group sum can round
+    differently in its last bit on larger models)."""
+    one, split = seen["late_wait"], seen["sub_groups"]
+    assert [s["sub_groups"] for s in one] == [1] * 3 and [s["sub_groups"] for s in split] == [2] * 3
+    assert seen["sub_group_spans"] == 2 * 3  # fused-step's cast from the span, per sub-group and step
+    strip = [{k: v for k, v in s.items() if k != "sub_groups"} for s in split]
+    assert json.dumps(strip) == json.dumps([{k: v for k, v in s.items() if k != "sub_groups"} for s in one])
 
 
 def test_offered_switchable_needs_fused_step_and_refused_under_another_deepspeed(monkeypatch):
