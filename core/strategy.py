@@ -330,6 +330,12 @@ class Strategy(ABC):
         `optimizer` is what the Lightning strategy steps (trainer.optimizers[0])."""
         raise NotImplementedError(f"strategy '{self.name}' writes no portable checkpoint")
 
+    def checkpoint_layout(self, ctx: RunContext) -> dict[str, Any]:
+        """What this backend's own checkpoint form depends on besides the strategy and the world size (meta.json
+        records it): a resume whose layout differs from the checkpoint's loads its portable copy instead. Default:
+        nothing."""
+        return {}
+
     def portable_step(self, optimizer: Any) -> int:
         """Adam's step count (bias correction continues from it)."""
         raise NotImplementedError(f"strategy '{self.name}' writes no portable checkpoint")

@@ -61,17 +61,19 @@ def step_dirs(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def run_identity(cfg, strategy: str, world_size: int, model_cfg, data_format: str) -> dict[str, Any]:
+def run_identity(cfg, strategy: str, world_size: int, model_cfg, data_format: str,
+                 layout: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """What meta.json records and a resume compares (`model` only names it in messages; the shape decides).
     data_format: the data's format as found (what --data-format auto resolved to); --long-examples only changes
-    the sequences of the formats other than text."""
+    the sequences of the formats other than text. layout: Strategy.checkpoint_layout, what the backend's own form
+    depends on beyond the strategy and world size."""
     shape = {k: getattr(model_cfg, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                                 "num_attention_heads", "num_key_value_heads", "vocab_size")}
     return {"strategy": strategy, "world_size": world_size, "precision": cfg.precision,
             "micro_batch_size": cfg.micro_batch_size, "grad_accum": cfg.grad_accum, "seq_len": cfg.seq_len,
             "seed": cfg.seed, "data": cfg.data, "data_field": cfg.data_field, "data_format": data_format,
             "long_examples": cfg.long_examples if data_format != "text" else "truncate", "val_split": cfg.val_split,
-            "model": str(cfg.model), "model_shape": shape}
+            "model": str(cfg.model), "model_shape": shape, "layout": layout or {}}
 
 
 def fingerprint(file: Path) -> dict[str, Any]:
@@ -224,7 +226,21 @@ def check_resume(path: Path, identity: dict[str, Any], max_steps: int) -> bool:
         raise UserError(f"--resume {path}: the checkpoint is at step {step}, --max-steps is {max_steps}; "
                         f"raise --max-steps to train further")
     elsewhere = (meta["strategy"], meta["world_size"]) != (identity["strategy"], identity["world_size"])
-    if elsewhere and not (path / "portable" / "index.json").is_file():
+    # the same strategy and world size with another layout of the backend's own form (Strategy.checkpoint_layout) reads
+    # the portable copy, which loads at any layout; so does a checkpoint from before layouts were recorded (ZeRO-3 then
+    # ran in one sub-group) where this run has one
+    layout, written = identity.get("layout") or {}, meta.get("layout")
+    relaid = not elsewhere and (written != layout if written is not None else bool(layout))
+    portable = (path / "portable" / "index.json").is_file()
+    if relaid and not portable:
+        written = ", ".join(f"{k} {v}" for k, v in (written or {}).items()) or "no recorded layout"
+        now = ", ".join(f"{k} {v}" for k, v in layout.items()) or "no layout"
+        raise UserError(f"--resume {path}: written by {meta['strategy']} with {written} and without a portable copy "
+                        f"(--no-portable-checkpoints); this run has {now}, which cannot load the backend's own form; "
+                        f"resume with the settings that wrote it (its --experiments and --deepspeed-config)")
+    if relaid:
+        return True
+    if elsewhere and not portable:
         raise UserError(f"--resume {path}: written by {meta['strategy']} on {meta['world_size']} rank(s) without a "
                         f"portable copy (--no-portable-checkpoints), so only that strategy and world size can "
                         f"resume it; use --strategy {meta['strategy']} with {meta['world_size']} rank(s)")

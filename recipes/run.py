@@ -50,7 +50,8 @@ class Prepared:
     """summary.json's `data`: format, records, sequences, tokens, label_tokens, truncated, dropped, cache."""
     resume: Optional[Path] = None
     portable: bool = False
-    """Resume from the checkpoint's portable copy: it was written by another strategy or world size."""
+    """Resume from the checkpoint's portable copy: it was written by another strategy or world size, or in another
+    layout of the backend's own form (Strategy.checkpoint_layout; zero3's sub-groups)."""
     data_note: str = ""
     """What the launching process says of the data, a line or two (recipes/run.py _data_note); the ranks do not say it."""
     labels: Optional[Path] = None
@@ -115,7 +116,8 @@ def prepare(cfg: RunConfig) -> Prepared:
 
         # an intact checkpoint (manifest checked) that continues this run, before any rank starts or OUTPUT changes
         resume, passed_over = checkpoint.resolve_resume(c.resume, Path(c.output))
-        identity = checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg(), data.meta["format"])
+        layout = registry.get(c.strategy).build().checkpoint_layout(run.context())
+        identity = checkpoint.run_identity(c, c.strategy, run.world_size, model_cfg(), data.meta["format"], layout)
         elsewhere = checkpoint.check_resume(resume, identity, c.max_steps)
         if passed_over:
             run = run.model_copy(update={"warnings": [*run.warnings, passed_over]})
@@ -200,7 +202,8 @@ def train(p: Prepared) -> dict[str, Any] | None:
     if cfg.checkpoint_every:
         from shardlab.recipes.checkpoint import PeriodicCheckpoint, run_identity
 
-        identity = run_identity(cfg, cfg.strategy, ctx.world_size, model_cfg, p.data["format"])
+        identity = run_identity(cfg, cfg.strategy, ctx.world_size, model_cfg, p.data["format"],
+                                strategy.checkpoint_layout(ctx))
         portable = cfg.portable_checkpoints and strategy.capabilities.portable_checkpoint
         callbacks.append(PeriodicCheckpoint(output / "checkpoints", cfg.checkpoint_every, cfg.keep_checkpoints, identity,
                                             portable=portable, model_folder=str(p.folder)))

@@ -32,6 +32,7 @@ warnings.filterwarnings("ignore", message="Since DeepSpeed handles gradient clip
 # does not move with the micro-batch).
 ZERO3_MAX_LIVE_PARAMETERS = 10**9  # DeepSpeed's default stage3_max_live_parameters
 REDUCE_BUCKET_BYTES = 10**9  # DeepSpeed's default reduce_bucket_size (5e8 elements) in 16-bit
+DEEPSPEED_SUB_GROUP_SIZE = 10**9  # DeepSpeed's default sub_group_size
 
 # CPU offload, per process on one H200 (peak resident set of the rank, GiB): zero3_offload 24.8 (llama-1b) and
 # 61.1 (3B shape); zero2_offload 30.4 and 66.7. Both grow by 18.5 bytes per parameter (16 of optimizer states
@@ -273,11 +274,27 @@ class ZeRO(Strategy):
                             fused_step="fused-step" in levers,
                             sub_group_size=experiments.sub_group_size(levers, self.tuning.get("sub_group_size", int(1e9))))
 
-    def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
+    def _run_config(self, ctx: RunContext) -> dict[str, Any]:
+        """The DeepSpeed config the run hands Lightning: the preset's, with the user's file over it."""
         config = self.ds_config(ctx)
         if ctx.native_config is not None:  # the user's file wins where it says something (checked in use_native_config)
             zero = {**config["zero_optimization"], **ctx.native_config.get("zero_optimization", {})}
             config = {**config, **ctx.native_config, "zero_optimization": zero}
+        return config
+
+    def checkpoint_layout(self, ctx: RunContext) -> dict[str, Any]:
+        # ZeRO-3 saves its fp32 master and Adam moments per sub-group (and, with a ratio, on the GPU or the CPU by
+        # sub-group): another sub_group_size or ratio cannot load them ("a parameter group that doesn't match")
+        if self.stage != 3:
+            return {}
+        zero = self._run_config(ctx)["zero_optimization"]
+        layout = {"sub_group_size": int(zero.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE))}
+        if "offload_optimizer" in zero:
+            layout["offload_ratio"] = float(zero["offload_optimizer"].get("ratio", 1.0))
+        return layout
+
+    def lightning_strategy(self, ctx: RunContext) -> DeepSpeedStrategy:
+        config = self._run_config(ctx)
         from shardlab.strategies.deepspeed_lightning import _LightningDeepSpeed
 
         return _LightningDeepSpeed(config=config, process_group_backend=process_group_backend(ctx),

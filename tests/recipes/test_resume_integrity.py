@@ -176,6 +176,31 @@ def test_a_checkpoint_of_another_model_shape_names_its_model(finished):
                             f"vocab {meta['model_shape']['vocab_size']}); use --model tiny")
 
 
+def test_another_layout_of_the_backends_form_resumes_from_the_portable_copy(out):
+    """The same strategy and world size, but another Strategy.checkpoint_layout (zero3's sub_group_size): the portable
+    copy, or one line where there is none. A checkpoint from before layouts were recorded counts as another layout
+    where the run has one (zero3 then stepped in one sub-group), as the same where it has none (ddp, fsdp)."""
+    path = _ckpt(out, 4)
+    meta = json.loads((path / "meta.json").read_text())
+    run = {**{k: meta[k] for k in (*checkpoint.MUST_MATCH, "strategy", "world_size", "micro_batch_size", "grad_accum",
+                                   "model", "model_shape")}}
+    written = {"sub_group_size": 10**12}
+    (path / "meta.json").write_text(json.dumps({**meta, "layout": written}))
+    assert checkpoint.check_resume(path, {**run, "layout": written}, max_steps=8) is False  # its own form
+    assert checkpoint.check_resume(path, {**run, "layout": {"sub_group_size": 2 * 10**8}}, max_steps=8) is True
+    (path / "meta.json").write_text(json.dumps(meta))  # no "layout": written before they were recorded
+    assert checkpoint.check_resume(path, {**run, "layout": {}}, max_steps=8) is False
+    assert checkpoint.check_resume(path, {**run, "layout": {"sub_group_size": 2 * 10**8}}, max_steps=8) is True
+    (path / "meta.json").write_text(json.dumps({**meta, "layout": written}))
+    shutil.rmtree(path / "portable")
+    with pytest.raises(UserError) as e:
+        checkpoint.check_resume(path, {**run, "layout": {"sub_group_size": 2 * 10**8}}, max_steps=8)
+    assert str(e.value) == (f"--resume {path}: written by fsdp with sub_group_size 1000000000000 and without a portable "
+                            f"copy (--no-portable-checkpoints); this run has sub_group_size 200000000, which cannot load "
+                            f"the backend's own form; resume with the settings that wrote it (its --experiments and "
+                            f"--deepspeed-config)")
+
+
 def test_the_manifest_lists_every_file_the_ranks_wrote(finished):
     path = _ckpt(finished, 6)
     files = json.loads((path / "meta.json").read_text())["files"]

@@ -10,6 +10,7 @@ lean-config and fused-step's refusals are checked in-process.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -108,6 +109,50 @@ def test_sub_groups_sets_the_sub_group_size_and_the_estimate_steps_one_at_a_time
                                    gpus_per_node=1, num_nodes=1, kernels="liger", experiments=levers)
             peaks[ac, len(levers)] = zero3.estimate(shape, work).gpu_bytes / 2**30
     assert 9.5 < peaks[True, 3] - peaks[True, 4] < 10.5 and peaks[False, 3] == peaks[False, 4], peaks
+
+
+def test_the_checkpoint_layout_is_the_sub_group_size_and_ratio_deepspeed_runs_with(tmp_path):
+    """ZeRO-3's own checkpoint holds its optimizer per sub-group (and, with a ratio, on the GPU or the CPU by
+    sub-group): meta.json records both, as the run's config makes them, so that a resume in another layout reads the
+    portable copy (recipes/checkpoint.py). ZeRO-2 has none."""
+    from shardlab.core import registry
+    from shardlab.core.strategy import RunContext
+
+    def layout(name, *levers, ratio=1.0, native=None):
+        ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1, grad_clip=1.0,
+                         micro_batch_size=4, experiments=levers, offload_ratio=ratio, native_config=native)
+        return registry.get(name).build().checkpoint_layout(ctx)
+
+    assert layout("zero3", "lean-config", "fused-step", "late-wait", "sub-groups") == {"sub_group_size": 2 * 10**8}
+    assert layout("zero3") == {"sub_group_size": 10**12}  # --experiments none: Lightning's
+    assert layout("zero3", "sub-groups", native={"zero_optimization": {"sub_group_size": 5000}}) == {"sub_group_size": 5000}
+    assert layout("zero3_offload") == {"sub_group_size": 10**9, "offload_ratio": 1.0}  # DeepSpeed's default
+    assert layout("zero3_offload", ratio=0.5) == {"sub_group_size": 10**7, "offload_ratio": 0.5}
+    assert layout("zero2") == {}
+
+
+def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_across(train, tmp_path, monkeypatch):
+    """tiny-llama3 is below 2e8 parameters, so a --deepspeed-config sub_group_size of 5,000 cuts each rank's partition
+    into 8 sub-groups: the same losses and validation losses as test_parity's zero3 run (one sub-group), to 1e-6
+    (here to the bit), each sub-group's gradient cast from its span. Its step-2 checkpoint, resumed under zero3's
+    defaults (one sub-group here), loads from the portable copy and ends where the uninterrupted run ends."""
+    from tests.conftest import LLAMA3, rel_diff
+
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 3, "sub_group_size": 5000}}))
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
+    split = train("zero3", *LLAMA3, "--deepspeed-config", str(config))
+    monkeypatch.delenv("SHARDLAB_TRACE")
+    one = train("zero3", *LLAMA3)
+    spans = [line.split()[0] for line in trace.read_text().splitlines()].count("zero3-grad-span")
+    assert spans == 2 * 3 * 8, spans  # ranks x steps x sub-groups
+    assert rel_diff(split["losses"], one["losses"]) < 1e-6
+    assert rel_diff([v["loss"] for v in split["val_losses"]], [v["loss"] for v in one["val_losses"]]) < 1e-6
+    resumed = train("zero3", *LLAMA3, "--resume", str(Path(split["output"]) / "checkpoints" / "step-000002"))
+    assert resumed["resumed_through"] == "portable copy"
+    assert rel_diff(resumed["losses"][-1:], one["losses"][-1:]) < 1e-6
+    assert rel_diff([resumed["val_losses"][-1]["loss"]], [one["val_losses"][-1]["loss"]]) < 1e-6
 
 
 def test_fused_step_is_refused_under_another_deepspeed_and_16_mixed(monkeypatch):
