@@ -272,7 +272,7 @@ class ZeRO(Strategy):
         levers = work.experiments if work.experiments is not None else self.default_experiments(work.precision)
         return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all",
                             fused_step="fused-step" in levers,
-                            sub_group_size=experiments.sub_group_size(levers, self.tuning.get("sub_group_size", int(1e9))))
+                            sub_group_size=experiments.sub_group_size(levers, self.tuning.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE)))
 
     def _run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The DeepSpeed config the run hands Lightning: the preset's, with the user's file over it."""
