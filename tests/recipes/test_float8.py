@@ -63,11 +63,12 @@ def test_float8_trains_beside_bf16_within_the_float8_tolerance(float8_compare):
 
 
 def test_a_float8_fsdp_checkpoint_resumes_to_the_same_losses(float8_compare, recipe, tmp_path):
-    """FSDP2's float8 all-gather keeps its weights in a torchao tensor subclass: its checkpoint still restores them."""
+    """FSDP2's float8 all-gather keeps its weights in a torchao tensor subclass: its checkpoint still restores them.
+    Resumed from the compare's own config of that run (compare reduces every strategy's gradients in fp32)."""
     run_dir = float8_compare["out"] / "runs" / "fsdp-float8"
     first = float8_compare["runs"]["fsdp-float8"]
-    proc = recipe("run", "--strategy", "fsdp", "--float8", "--accelerator", "cpu", "--devices", "2", *FLAGS,
-                  "--resume", run_dir / "checkpoints" / "step-000002", "--output", tmp_path / "resumed", "--no-export")
+    proc = recipe("run", "--config", run_dir.with_suffix(".yaml"), "--resume", run_dir / "checkpoints" / "step-000002",
+                  "--output", tmp_path / "resumed", "--no-export")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     again = json.loads((tmp_path / "resumed" / "summary.json").read_text())
     assert again["float8_linears"] == CONVERTED

@@ -31,8 +31,11 @@ def _step(clip_in_adamw: bool, max_norm: float) -> torch.Tensor:
 
 
 def test_the_clip_divided_out_in_adamw_is_torchs_clip():
+    """Over the threshold the two round apart by about one fp32 step of the update, relative to the weights: within 1e-6
+    of their largest. Element by element that can be more near zero, and how much depends on the CPU's vector kernels
+    (an AVX-512 machine: 2.5e-6 at one small weight, 5.7e-8 of the largest)."""
     clipped, reference = _step(True, 0.5), _step(False, 0.5)
-    assert torch.allclose(clipped, reference, rtol=1e-6, atol=0) and not torch.equal(clipped, reference)
+    assert (clipped - reference).abs().max() <= 1e-6 * reference.abs().max() and not torch.equal(clipped, reference)
     assert torch.equal(_step(True, 1e6), _step(False, 1e6))  # under the threshold: nothing divided, same bits
 
 
