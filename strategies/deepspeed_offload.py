@@ -1,5 +1,6 @@
-"""DeepSpeed ZeRO-3's partial optimizer offload (`--offload-ratio R`): which share of a rank's optimizer partition
-DeepSpeed really keeps on the CPU, for the memory estimate (strategies/deepspeed.py zero3_states) and the config."""
+"""DeepSpeed ZeRO-3's sub-groups as it cuts a rank's partition (`sub_groups`: the largest is what zero3's step holds in
+fp32 gradients), and its partial optimizer offload (`--offload-ratio R`): which share of the partition DeepSpeed really
+keeps on the CPU; for the memory estimate (strategies/deepspeed_memory.py zero3_states) and the config."""
 from __future__ import annotations
 
 from shardlab.core.memory import Shape
