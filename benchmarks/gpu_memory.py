@@ -44,18 +44,18 @@ def grid() -> list[tuple]:
     return jobs
 
 
-# A point's optional sixth field, a lever's flags: float8 (--float8), ratio0.5 (--offload-ratio 0.5),
-# exp.lean-config.fused-step (--experiments lean-config,fused-step).
+# A point's optional sixth field, a lever's flags: float8 (--float8), compile (--compile), ratio0.5 (--offload-ratio
+# 0.5), exp.lean-config.fused-step (--experiments lean-config,fused-step).
 def extra_flags(extra: str) -> list[str]:
     if not extra:
         return []
-    if extra == "float8":
-        return ["--float8"]
+    if extra in ("float8", "compile"):
+        return [f"--{extra}"]
     if extra.startswith("ratio"):
         return ["--offload-ratio", extra.removeprefix("ratio")]
     if extra.startswith("exp."):
         return ["--experiments", ",".join(extra.split(".")[1:])]
-    raise SystemExit(f"unknown point option {extra!r}: float8, ratioR or exp.NAME[.NAME]")
+    raise SystemExit(f"unknown point option {extra!r}: float8, compile, ratioR or exp.NAME[.NAME]")
 
 
 def lever_fields(extra: str) -> dict:
@@ -64,6 +64,8 @@ def lever_fields(extra: str) -> dict:
         return {}
     if extra == "float8":
         return {"float8": True}
+    if extra == "compile":
+        return {"compile": True}
     if extra.startswith("exp."):
         return {"experiments": extra.split(".")[1:]}
     return {"offload_ratio": float(extra.removeprefix("ratio"))}
@@ -75,7 +77,7 @@ def tag(job: tuple) -> str:
 
 
 def parse(spec: str) -> list[tuple]:
-    """MODEL:PRESET:KERNELS:ac|noac:MICRO_BATCH[:float8|:ratioR|:exp.NAME...], comma-separated."""
+    """MODEL:PRESET:KERNELS:ac|noac:MICRO_BATCH[:float8|:compile|:ratioR|:exp.NAME...], comma-separated."""
     out = []
     for j in filter(None, spec.split(",")):
         m, p, k, ac, mb, *extra = j.split(":")

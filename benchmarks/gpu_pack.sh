@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Packs what a `run` call on the GPU machine needs, from the repo root here: carry [".carry", ".gpu"] and start the
 # command with `source .gpu/setup.sh` (it installs the wheels once per machine and makes shardlab importable from .gpu/src).
-#   .carry/whl/          deepspeed, hjson, pydantic (../shared/gpu/make_wheels.sh), liger-kernel, torchao, datasets:
-#                        what the GPU image (Python 3.12) lacks
+#   .carry/whl/          deepspeed, hjson, pydantic (../shared/gpu/make_wheels.sh), liger-kernel, torchao, datasets,
+#                        pytest (the CUDA-only tests): what the GPU image (Python 3.12) lacks
 #   .carry/extra.tar.xz  datasets' compiled dependencies (pyarrow, xxhash, ...), unpacked there only where the image's
 #                        own cannot import
 #   .gpu/src/            a copy of this tree (the package, benchmarks/*.py, the test scripts a call runs)
@@ -25,7 +25,7 @@ if [ "${1:-}" != "--src" ] && [ ! -f .carry/extra.tar.xz ]; then
   [ -f "$wheels" ] || { echo "gpu_pack.sh: $wheels not found; set SHARED to the shared folder" >&2; exit 2; }
   bash "$wheels" "$(pin deepspeed)" > /dev/null 2> >(grep -v WARNING >&2)
   mkdir -p .carry/whl && cp .whl/*.whl .carry/whl/
-  dl .carry/whl "datasets==$(pin datasets)" "torchao==$(pin torchao)" liger-kernel==0.8.5
+  dl .carry/whl "datasets==$(pin datasets)" "torchao==$(pin torchao)" liger-kernel==0.8.5 pytest pluggy iniconfig
   tmp=$(mktemp -d)
   # its compiled (and pickling) dependencies at the versions its METADATA asks for, built for 3.12
   mapfile -t deps < <(python3 - .carry/whl/datasets-*.whl <<'PY'

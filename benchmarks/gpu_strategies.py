@@ -63,7 +63,8 @@ def run_raw(out: Path, name: str, mb: int, steps: int) -> dict:
 
 
 # The environment that changes a run, written into its row's command (it is part of what ran).
-COMMAND_ENV = ("SHARDLAB_AB", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+COMMAND_ENV = ("SHARDLAB_AB", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+               "SHARDLAB_ACT_BUDGET")  # the last: read by results/2026-12-06d-liger-compile/act_budget_sitecustomize.py
 
 
 def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], tag: str, warmup: int = WARMUP,

@@ -105,7 +105,7 @@ class RunConfig(BaseModel):
     activation_checkpointing: Optional[bool] = None
     """Recompute each decoder layer's activations in backward instead of keeping them; default: off, unless `--strategy auto` needs it to fit without (more) CPU offload (it says so); given either way, it is never overridden."""
     compile: Optional[bool] = None
-    """torch.compile each decoder layer; default: off with Liger kernels (the GPU default where installed; they fail under compile), else on for GPU runs of the strategies measured faster with it (ddp, fsdp, zero2)."""
+    """torch.compile each decoder layer; default: off with Liger kernels (the GPU default where installed), else on for GPU runs of the strategies measured faster with it (ddp, fsdp, zero2); with --kernels liger the compiled layers run torch's norm, RoPE and SwiGLU (Dynamo cannot trace Liger's) and only the loss is Liger's."""
     float8: bool = False
     """Decoder layers' linear layers multiply in float8 (torchao: dynamic per-tensor scales, e4m3 forward, e5m2
     gradients; under fsdp the weights are also all-gathered in float8); with bf16-mixed or bf16-true only, opt-in:
@@ -118,7 +118,7 @@ class RunConfig(BaseModel):
     chunked_loss: bool = False
     """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
     kernels: Optional[Literal["torch", "liger"]] = None
-    """liger: Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, linear cross-entropy without logits), CUDA GPUs only, pip install 'shardlab[gpu]'; default: liger on GPUs where installed (as fast as --compile --kernels torch at 5.6 GiB less on llama-1b), else torch."""
+    """liger: Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, linear cross-entropy without logits; under --compile the loss only), CUDA GPUs only, pip install 'shardlab[gpu]'; default: liger on GPUs where installed (as fast as --compile --kernels torch at 5.6 GiB less on llama-1b), else torch."""
     checkpoint_every: int = Field(0, ge=0)
     """Write a checkpoint every N optimizer steps to OUTPUT/checkpoints/step-NNNNNN (0: never)."""
     keep_checkpoints: int = Field(2, ge=1)

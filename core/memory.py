@@ -148,9 +148,10 @@ def layer_activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -
     """Bytes one decoder layer keeps for backward, per token, counted from the allocator's history at the peak
     of real runs (one H200, llama-1b, micro-batch 8: benchmarks/memory_snapshot.py names each tensor;
     results/2026-12-03-memory-h200.md). In the compute dtype (c = 2 bytes in 16-bit):
-    - Liger kernels: the two RMSNorm outputs (2h c; Liger's norm keeps its input, the residual, and a per-row
-      rstd), q (h c), k and v (2 kv c), the attention output (h c) and its fp32 log-sum-exp (4 heads), the two
-      residual sums (2h c), gate and up (2i c; Liger's SwiGLU recomputes SiLU) and their product (i c):
+    - Liger kernels (not compiled; under --compile only the loss is Liger's): the two RMSNorm outputs (2h c;
+      Liger's norm keeps its input, the residual, and a per-row rstd), q (h c), k and v (2 kv c), the attention
+      output (h c) and its fp32 log-sum-exp (4 heads), the two residual sums (2h c), gate and up (2i c; Liger's
+      SwiGLU recomputes SiLU) and their product (i c):
       12h + 6i + 4kv bytes in bf16, 59,648 per token for llama-1b (measured 59,660).
     - torch eager: as above plus each norm's fp32 copy and SiLU's output: 22h + 8i + 4kv (Korthikanti et al.
       2022's count redone for Llama); under torch.compile of every layer: 14h + 6i + 4kv, fitted to the one point
@@ -163,7 +164,7 @@ def layer_activation_bytes(s: Shape, w: Workload, fp32_residual: bool = False) -
     kv = s.kv_heads * (s.head_dim or s.hidden // s.heads)
     c = w.compute_bytes
     h, i = s.hidden, s.intermediate
-    if w.kernels == "liger":
+    if w.kernels == "liger" and not w.compiled:  # compiled layers run torch's kernels, Liger only the loss
         per = (6 * h + 3 * i + 2 * kv) * c + 4 * s.heads + (12 * h if fp32_residual else 0)
     else:
         per = ((7 * h + 3 * i if w.compiled else 11 * h + 4 * i) + 2 * kv) * c + (4 * h if fp32_residual else 0)

@@ -5,6 +5,10 @@ embedding and the SwiGLU MLP with fused Triton kernels, and the output projectio
 a fused linear cross-entropy that never materialises the [tokens, vocab] logits. Parameter names do
 not change, so checkpoints and exports are the same as with `--kernels torch`.
 
+Under --compile only the loss is Liger's: Dynamo cannot trace Liger's Triton kernels (on one H200: "'float' object
+has no attribute 'to'"), so the compiled decoder layers keep torch's RMSNorm, RoPE and SwiGLU, which Inductor fuses
+itself, and the fused linear cross-entropy runs outside them.
+
 The loss runs inside the `lm_head` module's forward (recipes/loss.py FusedLossHead), not in a patched
 LlamaForCausalLM.forward as Liger's own `fused_linear_cross_entropy=True` does: ZeRO-3 gathers a
 parameter only around its module's forward, and would hand Liger's patched forward an empty weight.
@@ -28,11 +32,8 @@ def default(accelerator: str, installed: Optional[bool] = None) -> str:
     return "liger" if accelerator == "gpu" and installed else "torch"
 
 
-def check(accelerator: str, compile: bool) -> None:
-    """Refuse --kernels liger where it cannot run: on CPU, without the package, under torch.compile."""
-    if compile:  # measured on one H200: Dynamo fails to trace Liger's Triton kernels ("'float' object has no attribute 'to'")
-        raise UserError("--kernels liger: Liger's kernels do not run under torch.compile; drop --compile "
-                        "(or use --kernels torch with --compile)")
+def check(accelerator: str) -> None:
+    """Refuse --kernels liger where it cannot run: on CPU, without the package."""
     if accelerator != "gpu":
         raise UserError("--kernels liger: Liger's Triton kernels run on CUDA GPUs only; use --kernels torch on CPU")
     if importlib.util.find_spec("liger_kernel") is None:
@@ -40,8 +41,9 @@ def check(accelerator: str, compile: bool) -> None:
                         "pip install 'shardlab[gpu]' or use --kernels torch")
 
 
-def use_liger(model: torch.nn.Module) -> None:
-    """Liger RMSNorm, RoPE and SwiGLU in a Llama model's layers, and its fused loss in `lm_head`, in place."""
+def use_liger(model: torch.nn.Module, layers: bool = True) -> None:
+    """Liger RMSNorm, RoPE and SwiGLU in a Llama model's layers (layers=False: not, for --compile), and its fused
+    loss in `lm_head`, in place."""
     from liger_kernel.transformers import apply_liger_kernel_to_llama
     from transformers import LlamaForCausalLM
 
@@ -50,7 +52,7 @@ def use_liger(model: torch.nn.Module) -> None:
     if not isinstance(model, LlamaForCausalLM):  # FSDP2 hands back a subclass of the model's class
         raise UserError(f"--kernels liger: supports Llama models only, this one is {type(model).__name__}; "
                         "use --kernels torch")
-    # rope patches transformers' module function (this process only); the rest patches this model's modules
-    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                fused_linear_cross_entropy=False, model=model)
+    if layers:  # rope patches transformers' module function (this process only); the rest this model's modules
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False, model=model)
     use_fused_loss(model)

@@ -30,9 +30,9 @@ class LlamaModule(pl.LightningModule):
                 float8.convert(model)
         if self.ctx.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if self.ctx.kernels == "liger":  # before compile, so the compiled layers call Liger's kernels
+        if self.ctx.kernels == "liger":  # under compile only its loss (recipes/kernels.py)
             from shardlab.recipes.kernels import use_liger
-            use_liger(model)
+            use_liger(model, layers=not self.ctx.compile)
         if self.ctx.compile:
             compile_layers(model)
         if self.ctx.chunked_loss and self.ctx.kernels != "liger":  # Liger's loss is chunked already

@@ -270,7 +270,7 @@ def _check(run: ResolvedRun, strategy, cfg: RunConfig, shape: memory.Shape, kern
     if kernels == "liger":
         from shardlab.recipes import kernels as kernel_lib
 
-        kernel_lib.check(run.config.accelerator, run.config.compile)
+        kernel_lib.check(run.config.accelerator)
     return run
 
 
@@ -296,7 +296,7 @@ def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, precis
 
 
 def _compiled(preset: registry.Preset, work: memory.Workload, accelerator: str) -> bool:
-    """--compile as given, else on for GPU runs of the presets measured faster with it, never with Liger's kernels."""
+    """--compile as given, else on for GPU runs of the presets measured faster with it, not with Liger's kernels."""
     if work.compiled is not None:
         return work.compiled
     return accelerator == "gpu" and preset.capabilities.compile_by_default and work.kernels != "liger"

@@ -94,6 +94,19 @@ def test_activation_checkpointing_and_micro_batch_move_activations():
     assert memory.activation_bytes(s, _work(mb=4)) * 2 == pytest.approx(full, rel=1e-6)
 
 
+def test_compiled_layers_under_liger_count_compiled_activations_and_ligers_loss():
+    """--compile --kernels liger: compiled layers with torch's kernels, Liger's loss only (recipes/kernels.py)."""
+    import dataclasses
+
+    s = memory.shape_of(model_config("llama-1b"))
+    liger = dataclasses.replace(_work(mb=8), kernels="liger", chunked_loss=True)
+    both, torch_compiled = (dataclasses.replace(liger, compiled=True),
+                            dataclasses.replace(_work(mb=8), kernels="torch", compiled=True))
+    assert memory.layer_activation_bytes(s, both) == memory.layer_activation_bytes(s, torch_compiled)
+    assert memory.layer_activation_bytes(s, both) != memory.layer_activation_bytes(s, liger)
+    assert memory.logits_bytes(s, both) == memory.logits_bytes(s, liger) < memory.logits_bytes(s, torch_compiled) / 10
+
+
 MEASURED = Path(__file__).parents[2] / "benchmarks" / "results" / "2026-12-03-memory-h200.json"
 # The fields of a run's config that change its memory; a default among them changing needs new measurements.
 MEMORY_FIELDS = ("kernels", "compile", "precision", "chunked_loss", "grad_reduce_dtype")
@@ -116,7 +129,8 @@ def _workload(c: dict) -> memory.Workload:
 
 def _tag(r: dict) -> str:
     c = r["config"]
-    lever = "-float8" if c.get("float8") else f"-ratio{c['offload_ratio']:g}" if c.get("offload_ratio") else ""
+    lever = "-float8" if c.get("float8") else f"-ratio{c['offload_ratio']:g}" if c.get("offload_ratio") else \
+        "-compile" if c["kernels"] == "liger" and c.get("compile") else ""  # Liger's loss, compiled layers
     levers = "".join(f".{e}" for e in c.get("experiments") or [])  # zero3's defaults since 2026-12-05
     return (f"{c['model']}-{c['strategy']}-{c['kernels']}-{'ac' if c['activation_checkpointing'] else 'noac'}"
             f"-mb{c['micro_batch_size']}{lever}" + (f"-exp{levers}" if levers else ""))

@@ -91,7 +91,6 @@ def _cases(tmp):
         "too little data": (["--micro-batch-size", "5000"], "one optimizer step needs"),
         "too little data for the accumulation": (["--grad-accum", "5000"], "x grad-accum); give more text"),
         "liger kernels on cpu": (["--kernels", "liger"], "run on CUDA GPUs only; use --kernels torch"),
-        "liger kernels under compile": (["--kernels", "liger", "--compile"], "do not run under torch.compile"),
         "unknown kernels": (["--kernels", "triton"], "--kernels"),
         "negative lr": (["--lr", "-1"], "--lr"),
         "not an int": (["--max-steps", "many"], "--max-steps"),

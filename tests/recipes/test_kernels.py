@@ -16,7 +16,5 @@ def test_default_is_torch_on_cpu_and_without_the_package():
 
 
 def test_refusals_name_the_flag_and_the_fix():
-    with pytest.raises(UserError, match="drop --compile"):
-        kernels.check("gpu", compile=True)
     with pytest.raises(UserError, match="use --kernels torch on CPU"):
-        kernels.check("cpu", compile=False)
+        kernels.check("cpu")

@@ -94,3 +94,33 @@ def test_compile_builds_one_graph_for_all_the_decoder_layers():
         loss_lib.causal_lm_loss(model, x).backward()
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     assert not counters["recompiles"], dict(counters["recompiles"])
+
+
+@pytest.mark.skipif(not _liger_on_cuda(), reason="Liger's fused loss runs on CUDA with liger-kernel installed")
+def test_compiled_layers_with_ligers_loss_keep_the_loss_and_gradients():
+    """--compile --kernels liger: every decoder layer compiled with torch's norm, RoPE and SwiGLU (none of Liger's
+    layer kernels patched in), the loss Liger's fused one: the same loss and gradients as the plain model (fp32)."""
+    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+    from shardlab.recipes.kernels import use_liger
+    from shardlab.recipes.module import compile_layers
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True,
+                      rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    ref = LlamaForCausalLM(cfg).cuda().train()
+    fast = LlamaForCausalLM(cfg).cuda().train()
+    fast.load_state_dict(ref.state_dict())
+    use_liger(fast, layers=False)
+    compile_layers(fast)
+    layer = fast.model.layers[0]
+    assert type(layer.input_layernorm) is LlamaRMSNorm and type(layer.mlp).forward is LlamaMLP.forward
+    x = torch.randint(0, 1000, (2, 128), device="cuda")
+    a, b = loss_lib.causal_lm_loss(ref, x), loss_lib.causal_lm_loss(fast, x)
+    a.backward(), b.backward()
+    assert rel_diff([b.item()], [a.item()]) < 1e-4
+    for (name, p), q in zip(ref.named_parameters(), fast.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-6), name
