@@ -74,11 +74,12 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
            "--precision", "bf16-mixed", "--micro-batch-size", str(mb), "--seq-len", "2048", "--grad-accum", str(grad_accum),
            "--max-steps", str(steps + warmup), "--no-export", "--metrics", "none", "--output", str(folder), *extra]
     t0 = time.perf_counter()
-    with open(folder.with_suffix(".log"), "w") as f:
+    log = folder.parent / f"{folder.name}.log"  # not with_suffix: a tag such as ratio0.25 has a dot of its own
+    with open(log, "w") as f:
         rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
     wall = round(time.perf_counter() - t0, 1)
     if rc != 0:
-        return {"rc": rc, "error": folder.with_suffix(".log").read_text()[-1500:]}
+        return {"rc": rc, "error": log.read_text()[-1500:]}
     s = json.loads((folder / "summary.json").read_text())
     # tokens of one optimizer step (all its micro-batches) / the median optimizer-step time after warm-up
     step = statistics.median(s["step_s"][warmup:])

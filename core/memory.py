@@ -67,6 +67,9 @@ class Workload:
     experiments: Optional[tuple[str, ...]] = None
     """The preset's levers (--experiments) as the run resolved them; None: each preset's defaults (zero3's fused-step
     keeps no 16-bit copy of the gradients in the step, strategies/deepspeed.py)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step: above 1 the gradients of the step's earlier micro-batches are live through the
+    next forward, where ddp and fsdp (ModelStates.gradients) otherwise have freed theirs after the step."""
 
     @property
     def world_size(self) -> int:
@@ -215,17 +218,18 @@ def estimate(states: Optional[ModelStates], s: Shape, w: Workload) -> Optional[E
     """The peak per rank from a strategy's model states (Strategy.estimate calls this); None when the strategy
     declares no memory model (it is then never auto-selected).
 
-    Three phases: forward and the start of backward (model states without the step-only part and without the
-    gradients freed after each step, activations, then the larger of the loss's buffers at the end of forward and,
-    with checkpointing, one recomputed layer in backward), the end of backward (every gradient made, a recomputed
-    layer) and the optimizer step (all model states, activations freed). The peak is the largest, plus runtime
-    buffers and the backend's fixed overhead."""
+    Three phases: forward and the start of backward (model states without the step-only part and, without
+    accumulation, without the gradients freed after each step; activations, then the larger of the loss's buffers at
+    the end of forward and, with checkpointing, one recomputed layer in backward), the end of backward (every
+    gradient made, a recomputed layer) and the optimizer step (all model states, activations freed). The peak is the
+    largest, plus runtime buffers and the backend's fixed overhead."""
     if states is None:
         return None
     act = activation_bytes(s, w, states.fp32_residual)
     logits = logits_bytes(s, w, 4 if states.fp32_residual else None)
     recompute = recompute_bytes(s, w, states.fp32_residual)
-    live = states.gpu - states.step_only - states.gradients  # what forward and the loss find
+    freed = states.gradients if w.grad_accum <= 1 else 0  # accumulating: the earlier micro-batches' gradients stay
+    live = states.gpu - states.step_only - freed  # what forward and the loss find
     at_loss = live - (states.after_loss if w.kernels == "torch" else 0)
     forward = at_loss + states.forward_only + act + logits
     backward = live + act + max(logits - (states.after_loss if w.kernels == "torch" else 0),

@@ -125,7 +125,7 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     # 6. The batch: micro-batch (auto: the largest the estimate fits), then accumulation (for offload under auto,
     #    the selector's step 4, from the final micro-batch).
     micro, largest, grad_accum, batch_reasons = _batch(cfg, strategy, preset, budget, shape, work, micro, decisions)
-    work = dataclasses.replace(work, micro_batch_size=micro)
+    work = dataclasses.replace(work, micro_batch_size=micro, grad_accum=grad_accum)
     # 7. The adapter's own checks, the user's DeepSpeed file, the estimate and the table, for the run that trains.
     estimate = strategy.estimate(shape, work)
     _ratio_hint(cfg, strategy, shape, work, budget, decisions)
@@ -198,7 +198,10 @@ def _workload(cfg: RunConfig, hw: Hardware, devices: int, precision: str, kernel
                                   gpus_per_node=devices, num_nodes=cfg.num_nodes,
                                   chunked_loss=cfg.chunked_loss or kernels == "liger",  # Liger's loss never builds logits
                                   kernels=kernels, compiled=cfg.compile,  # None: each preset's default (_compiled)
-                                  float8=cfg.float8, offload_ratio=1.0 if cfg.offload_ratio is None else cfg.offload_ratio)
+                                  float8=cfg.float8,
+                                  offload_ratio=1.0 if cfg.offload_ratio is None else cfg.offload_ratio,
+                                  grad_accum=cfg.grad_accum or max(1, (cfg.global_batch_size or 0) // (
+                                      (1 if micro == "auto" else micro) * devices * cfg.num_nodes)))
 
 
 def _preset(cfg: RunConfig, budget: selector.Budget, shape: memory.Shape, work: memory.Workload,
@@ -230,7 +233,8 @@ def _batch(cfg: RunConfig, strategy, preset: registry.Preset, budget: selector.B
     the selector's reasons for the offload batch. Returns (micro, largest, grad_accum, reasons)."""
     world = work.world_size
     divides = (lambda mb: cfg.global_batch_size % (mb * world) == 0) if cfg.global_batch_size and micro == "auto" else None
-    largest = _largest_micro_batch(strategy, shape, work, budget, divides) if micro == "auto" or (
+    accum = (lambda mb: cfg.global_batch_size // (mb * world)) if divides else None  # each micro-batch's accumulation
+    largest = _largest_micro_batch(strategy, shape, work, budget, divides, accum) if micro == "auto" or (
         budget.hw.accelerator == "gpu" and selector.fits(strategy.estimate(shape, work), budget)) else None
     if micro == "auto":
         micro = largest
@@ -303,9 +307,14 @@ def _compiled(preset: registry.Preset, work: memory.Workload, accelerator: str) 
 
 
 def _largest_micro_batch(strategy, shape: memory.Shape, work: memory.Workload, budget: selector.Budget,
-                         allowed=None) -> int:
-    fitting = [mb for mb in MICRO_BATCHES if (allowed is None or allowed(mb))
-               and selector.fits(strategy.estimate(shape, dataclasses.replace(work, micro_batch_size=mb)), budget)]
+                         allowed=None, accum=None) -> int:
+    """allowed: which micro-batches may be taken (--global-batch-size: those dividing it); accum: the accumulation
+    each implies (else the workload's)."""
+    def fits(mb: int) -> bool:
+        at = dataclasses.replace(work, micro_batch_size=mb, grad_accum=accum(mb) if accum else work.grad_accum)
+        return selector.fits(strategy.estimate(shape, at), budget)
+
+    fitting = [mb for mb in MICRO_BATCHES if (allowed is None or allowed(mb)) and fits(mb)]
     if not fitting:
         fixes = [f for f, needed in (("--activation-checkpointing", not work.activation_checkpointing),
                                       ("CPU offload (--offload optimizer)", strategy.capabilities.offload == "none"),

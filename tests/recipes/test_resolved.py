@@ -133,3 +133,19 @@ def test_the_offload_batch_follows_the_micro_batch_auto_took():
     tokens = c.micro_batch_size * c.seq_len
     assert c.strategy == "zero3_offload" and c.micro_batch_size > 1  # sized after micro-batch auto, not at micro-batch 1
     assert c.grad_accum == min(16, -(-131_072 // tokens))
+
+
+def test_accumulation_reaches_the_estimate_and_the_micro_batch_auto_takes():
+    """--grad-accum above 1 keeps fsdp's gradients live through forward (core/memory.py): the estimate of the run that
+    trains counts them, and so does micro-batch auto's search, also where --global-batch-size implies the
+    accumulation."""
+    fsdp = dict(strategy="fsdp", model="llama-1b", kernels="torch", compile=False)
+    one, four = (plan(RunConfig(**fsdp, micro_batch_size=16, grad_accum=n, **GPU_80)) for n in (1, 4))
+    grads = four.estimate["parts"]["gradients"]
+    assert four.estimate["gpu_bytes"] - one.estimate["gpu_bytes"] == grads > 0
+    # a GPU on which micro-batch 16 fits only without the gradients (fits: within 90%)
+    gib = (one.estimate["gpu_bytes"] + grads / 2) / 0.9 / 2**30
+    gpu = dict(accelerator="gpu", gpus=1, gpu_memory_gib=gib, cpu_memory_gib=512)
+    assert plan(RunConfig(**fsdp, micro_batch_size="auto", global_batch_size=16, **gpu)).config.micro_batch_size == 16
+    c = plan(RunConfig(**fsdp, micro_batch_size="auto", global_batch_size=64, **gpu)).config
+    assert c.micro_batch_size < 16 and c.micro_batch_size * c.grad_accum == 64
