@@ -6,6 +6,12 @@
 T0=${T0:-$(date +%s)}; el() { echo $(( $(date +%s) - T0 )); }
 LIMIT=${LIMIT:-540}; fits() { [ $(( $(el) + $1 )) -le $LIMIT ]; }
 q() { grep -v Warn | grep '^{' | cut -c1-300; echo "  at $(el)s"; }
+# `offload_batch MODEL`: the selector's offload choice on this GPU (recipe plan --strategy auto --offload optimizer, saved
+# as $W/plan.json), as CH (the preset), MB (micro-batch) and GA (accumulation); run from .gpu/src after `outputs`.
+offload_batch() {
+  python3 -m shardlab.recipes.cli plan --strategy auto --offload optimizer --model $1 --json > $W/plan.json 2> $W/plan.err
+  read CH MB GA < <(python3 -c "import json; d = json.load(open('$W/plan.json')); print(d['choice'], d['micro_batch_size'], d['grad_accum'])")
+  echo "selector: $CH micro-batch $MB x accumulation $GA at $(el)s"; }
 outputs() { W=/tmp/$1; mkdir -p $W /tmp/logs
   trap "cp -r /tmp/logs $W/ 2>/dev/null; tar czf $OUT/$1.tgz -C /tmp $1; echo \"tarred at \$(el)s\"" EXIT; }
 if [ ! -f /tmp/site.ready ]; then
