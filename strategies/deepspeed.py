@@ -164,9 +164,9 @@ class ZeRO(Strategy):
         if self.stage == 2:
             return zero2_states(shape.params, work, offload=self.offload != "none")
         levers = work.experiments if work.experiments is not None else self.default_experiments(work.precision)
+        groups = experiments.sub_group_size(levers, self.tuning.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE))
         return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all",
-                            fused_step="fused-step" in levers,
-                            sub_group_size=experiments.sub_group_size(levers, self.tuning.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE)))
+                            fused_step="fused-step" in levers, sub_group_size=groups)
 
     def _run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The DeepSpeed config the run hands Lightning: the preset's, with the user's file over it."""
