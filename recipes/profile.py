@@ -7,6 +7,7 @@ lists the Python functions by their own host time: which code a host op's self t
 say). Recording them slows the host, so those runs' wall and idle times are not comparable with runs without."""
 from __future__ import annotations
 
+import bisect
 import re
 import time
 from pathlib import Path
@@ -95,10 +96,30 @@ def idle_gaps(kernels: list[tuple[float, float, str]], host: list[tuple[float, f
     idle = sum(g[0] for g in gaps)
     lines = [f"device idle between kernels: {idle / steps / 1e3:.2f} ms a step in {len(gaps) / steps:.0f} gaps; "
              f"the longest {top}:", f"{'ms':>8}  kernel before -> kernel after  (host op as the gap began)"]
-    for length, at, prev, nxt in sorted(gaps, reverse=True)[:top]:
-        running = [h for h in host if h[0] <= at <= h[1]]
-        op = min(running, key=lambda h: h[1] - h[0])[2] if running else "-"
+    starts = sorted(host)
+
+    def running(at: float) -> str:  # the shortest host op spanning `at`: look back only as far as it could start
+        best, length = "-", float("inf")
+        for i in range(bisect.bisect_right(starts, (at, float("inf"), "")) - 1, -1, -1):
+            begin, end, name = starts[i]
+            if at - begin > length:
+                break
+            if end >= at and end - begin < length:
+                best, length = name, end - begin
+        return best
+
+    named = [(length, at, prev, nxt, running(at)) for length, at, prev, nxt in gaps]
+    for length, at, prev, nxt, op in sorted(named, reverse=True)[:top]:
         lines.append(f"{length / 1e3:>8.2f}  {prev[:60]} -> {nxt[:60]}  ({op[:60]})")
+    # whether the device waited behind a host sync (the host was ahead) or for the host to launch (the host was behind)
+    by_op: dict[str, list[float]] = {}
+    for length, _, _, _, op in named:
+        entry = by_op.setdefault(op, [0.0, 0])
+        entry[0] += length
+        entry[1] += 1
+    lines += ["", "device idle by the host op running as each gap began", f"{'ms/step':>9}{'gaps/step':>10}  host op"]
+    for op, (us, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"{us / steps / 1e3:>9.2f}{n / steps:>10.0f}  {op[:100]}")
     return lines
 
 

@@ -63,4 +63,6 @@ def test_idle_gaps_merge_streams_and_name_the_host_op_running():
     assert lines[0].startswith("device idle between kernels: 0.11 ms a step in 2 gaps")
     assert lines[2].split() == ["0.10", "adam", "->", "embedding", "(cudaStreamSynchronize)"]
     assert lines[3].split() == ["0.01", "copy", "->", "adam", "(run)"]  # 10 us
+    by_op = lines[lines.index("device idle by the host op running as each gap began") + 2:]
+    assert [line.split() for line in by_op] == [["0.10", "1", "cudaStreamSynchronize"], ["0.01", "1", "run"]]
     assert idle_gaps([], host, steps=1) == ["device idle: no device kernels profiled"]
