@@ -42,8 +42,9 @@ ZERO3 = {
 ZERO3_SUB_GROUP_SIZE = int(2e8)
 ZERO3_DEFAULTS = ("lean-config", "fused-step", "late-wait", "sub-groups")
 ZERO3_OFFLOAD = {
-    # lean-config under offload: not yet measured on a GPU (zero3: +12%); at the selector's offload batch the Trainer's
-    # offload with Liger ran 1.07x shardlab's default (results/2026-12-05d-h200.md), so it is offered to be measured
+    # lean-config under offload (zero3: +12%): on one H100 at the selector's offload batch (16 x 4) it ran 0.972x
+    # the Trainer's offload + Liger of the same call, and -1% / +3% against the stock runs of another call at
+    # --offload-ratio 0.25 / 0.1 (results/2026-12-06e-idle.md): no measured gain, so not zero3_offload's default
     "lean-config": ZERO3["lean-config"],
     "gpu-cast": "the CPU-stepped fp32 weights copied to the GPU from pinned memory without waiting and cast there "
                 "(not cast by the CPU into pageable memory and copied while the host waits), in sub-groups of 1e8 "

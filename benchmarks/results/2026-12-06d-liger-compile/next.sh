@@ -1,3 +1,4 @@
+# Ran on 2026-12-06 (fourteenth session) as part of 2026-12-06e-idle/callO.sh; results in 2026-12-06e-idle.md.
 # Written 2026-12-06 (thirteenth session) after calls M and N, for the next session (not run: this session's device time
 # was spent): `LIMIT=540 bash benchmarks/results/2026-12-06d-liger-compile/next.sh`, carrying .carry and .gpu (after
 # `bash benchmarks/gpu_pack.sh --src`), timeout 580. On an H100 (the selector's offload batch there is micro-batch 16 x
