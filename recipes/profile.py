@@ -1,6 +1,7 @@
 """Where a training step's time goes: torch.profiler over a few optimizer steps after the warm-up, summarised as
 GPU busy time against wall time and kernel time by kind (matmul, attention, Triton/Liger, elementwise, optimizer,
-copies, communication). A diagnostic, off by default: `SHARDLAB_PROFILE=PATH recipe run ...` writes PATH on
+copies, communication), and the GPU's idle time: its longest gaps, and its gaps summed by the host op running as each
+began. A diagnostic, off by default: `SHARDLAB_PROFILE=PATH recipe run ...` writes PATH on
 global rank 0 of a GPU run; benchmarks/hf_peer.py --profile PATH writes the same summary for the Trainer.
 With SHARDLAB_PROFILE_PYTHON=1 the profiler also records Python calls (torch.profiler's with_stack), and the summary
 lists the Python functions by their own host time: which code a host op's self time is spent in (DeepSpeed's hooks,
@@ -111,7 +112,9 @@ def idle_gaps(kernels: list[tuple[float, float, str]], host: list[tuple[float, f
     named = [(length, at, prev, nxt, running(at)) for length, at, prev, nxt in gaps]
     for length, at, prev, nxt, op in sorted(named, reverse=True)[:top]:
         lines.append(f"{length / 1e3:>8.2f}  {prev[:60]} -> {nxt[:60]}  ({op[:60]})")
-    # whether the device waited behind a host sync (the host was ahead) or for the host to launch (the host was behind)
+    # under cudaStreamSynchronize the host had caught up and waited: the gap is the device's own launch latency, or the
+    # host's work right after the wait; under a Python region (Optimizer.step holds Lightning's closure) the host was
+    # behind the device
     by_op: dict[str, list[float]] = {}
     for length, _, _, _, op in named:
         entry = by_op.setdefault(op, [0.0, 0])

@@ -159,10 +159,13 @@ _FLOAT8 = ("float8 + compile keeps less than compile in 16-bit (the estimate cou
            "+18% / +15% over on the two points measured since the compile fix (results/2026-12-05d-h200.md); "
            "too few to model, and on the safe side")
 _LEAN_OFFLOAD = ("zero3_offload under lean-config (not its default) with checkpointing: 4.94 GiB against 5.88 (+19%); "
-                 "lean-config frees DeepSpeed's contiguous gradient buffer, which the offload estimate counts on the GPU "
-                 "(results/2026-12-06e-idle.md); without checkpointing +4.1%. One point, on the safe side")
-KNOWN_OUTSIDE: dict[str, str] = {"llama-1b-fsdp-torch-noac-mb8-float8": _FLOAT8, "llama-3.2-3b-fsdp-torch-noac-mb8-float8": _FLOAT8,
-                                 "llama-1b-zero3_offload-liger-ac-mb8-exp.lean-config": _LEAN_OFFLOAD}
+                 "lean-config frees DeepSpeed's contiguous gradient buffer, which the offload estimate counts on the "
+                 "GPU (results/2026-12-06e-idle.md); without checkpointing +4.1%. One point, on the safe side")
+KNOWN_OUTSIDE: dict[str, str] = {
+    "llama-1b-fsdp-torch-noac-mb8-float8": _FLOAT8,
+    "llama-3.2-3b-fsdp-torch-noac-mb8-float8": _FLOAT8,
+    "llama-1b-zero3_offload-liger-ac-mb8-exp.lean-config": _LEAN_OFFLOAD,
+}
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(reason=KNOWN_OUTSIDE[_tag(r)], strict=True))
