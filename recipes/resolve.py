@@ -200,8 +200,8 @@ def _workload(cfg: RunConfig, hw: Hardware, devices: int, precision: str, kernel
                                   kernels=kernels, compiled=cfg.compile,  # None: each preset's default (_compiled)
                                   float8=cfg.float8,
                                   offload_ratio=1.0 if cfg.offload_ratio is None else cfg.offload_ratio,
-                                  grad_accum=cfg.grad_accum or max(1, (cfg.global_batch_size or 0) // (
-                                      (1 if micro == "auto" else micro) * devices * cfg.num_nodes)))
+                                  grad_accum=_given_accum(cfg, 1 if micro == "auto" else micro,
+                                                          devices * cfg.num_nodes) or 1)
 
 
 def _preset(cfg: RunConfig, budget: selector.Budget, shape: memory.Shape, work: memory.Workload,
@@ -233,7 +233,7 @@ def _batch(cfg: RunConfig, strategy, preset: registry.Preset, budget: selector.B
     the selector's reasons for the offload batch. Returns (micro, largest, grad_accum, reasons)."""
     world = work.world_size
     divides = (lambda mb: cfg.global_batch_size % (mb * world) == 0) if cfg.global_batch_size and micro == "auto" else None
-    accum = (lambda mb: cfg.global_batch_size // (mb * world)) if divides else None  # each micro-batch's accumulation
+    accum = (lambda mb: _given_accum(cfg, mb, world)) if divides else None  # each micro-batch's accumulation
     largest = _largest_micro_batch(strategy, shape, work, budget, divides, accum) if micro == "auto" or (
         budget.hw.accelerator == "gpu" and selector.fits(strategy.estimate(shape, work), budget)) else None
     if micro == "auto":
@@ -244,7 +244,7 @@ def _batch(cfg: RunConfig, strategy, preset: registry.Preset, budget: selector.B
                          + " (--micro-batch-size N sets it; --global-batch-size keeps the global batch whatever the hardware)")
     picked, reasons = None, []
     if cfg.strategy == "auto":  # the selector's step 4, the offload batch, from the final micro-batch
-        given = cfg.grad_accum or (cfg.global_batch_size // (micro * world) if cfg.global_batch_size else None)
+        given = _given_accum(cfg, micro, world)
         picked, reasons = selector.offload_batch(budget.hw, dataclasses.replace(work, micro_batch_size=micro),
                                                  preset.capabilities.offload != "none", given)
     return micro, largest, _accumulation(cfg, micro, world, picked), reasons
@@ -325,6 +325,14 @@ def _largest_micro_batch(strategy, shape: memory.Shape, work: memory.Workload, b
         raise UserError(f"--micro-batch-size auto: not even micro-batch 1 fits with {strategy.name} by the memory "
                         f"estimate on {budget.hw.describe()}, {budget.describe()}; try {', '.join(fixes)}")
     return max(fitting)
+
+
+def _given_accum(cfg: RunConfig, micro: int, world: int) -> Optional[int]:
+    """The accumulation the user's flags give at micro-batch `micro`: --grad-accum, else what --global-batch-size
+    implies (at least 1; _accumulation refuses one it does not divide); None where neither is given."""
+    if cfg.grad_accum:
+        return cfg.grad_accum
+    return max(1, cfg.global_batch_size // (micro * world)) if cfg.global_batch_size else None
 
 
 def _accumulation(cfg: RunConfig, micro: int, world: int, picked: Optional[int]) -> int:
