@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Optional
 
@@ -67,6 +68,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (UserError, RunFailed) as e:
         print(f"recipe: error: {e}", file=sys.stderr)
         _record_in_rank(str(e))
+        from shardlab.recipes.ranks import exit_failed_rank
+
+        exit_failed_rank(e.exit_code)  # a rank: not through the interpreter's teardown, where gloo can abort it
         return e.exit_code
     except Interrupted as e:  # Ctrl-C, once everything has stopped: where the run got to (recipes/interrupted.py)
         print(f"recipe: {e}", file=sys.stderr)
@@ -84,7 +88,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _record_in_rank(message: str) -> None:
-    if "TORCHELASTIC_ERROR_FILE" in __import__("os").environ:
+    if "TORCHELASTIC_ERROR_FILE" in os.environ:
         from shardlab.recipes.ranks import record_failure
 
         record_failure(message)

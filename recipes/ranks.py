@@ -179,7 +179,7 @@ def record_failure(message: str) -> None:
 
 
 def finish_rank() -> None:
-    """End a rank process whose work is done, once every rank is done: barrier, flush, os._exit(0).
+    """End a rank process whose work is done, once every rank is done: barrier, then `_exit_now(0)`.
 
     Interpreter teardown is skipped on purpose: gloo's threads were seen to abort finished FSDP2 ranks in it
     (SIGABRT, "terminate called without an active exception"; twice in clean-clone CI, once after a barrier
@@ -189,7 +189,20 @@ def finish_rank() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # no rank leaves while another is still in a collective
+    _exit_now(0)
+
+
+def exit_failed_rank(code: int) -> None:
+    """In a rank the agent started (it has an error file), after `record_failure`: end with `code`, skipping the
+    interpreter's teardown as finish_rank does (no barrier: the peers may be gone). In that teardown gloo's threads
+    aborted a DDP rank whose export check had failed (clean-clone CI, 2026-12-06): the agent then saw SIGABRT and
+    named it as the cause instead of the rank's own error. Elsewhere: returns."""
+    if "TORCHELASTIC_ERROR_FILE" in os.environ:
+        _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
-    os._exit(0)
+    os._exit(code)
