@@ -1,0 +1,85 @@
+"""zero3_offload's levers train the model DeepSpeed's own ZeRO-3 offload trains: `gpu-cast`
+(strategies/deepspeed_offload_cast.py), `gpu-grads` (strategies/deepspeed_offload_grads.py), and zero3's `lean-config`
+(strategies/deepspeed_experiments.py), all three in one run.
+
+On CPU processes both ends of gpu-cast's copy are in CPU memory, so its chunked copy runs in order; and every sub-group
+is stepped on the CPU, where its gradients are, so every parameter accumulates in its sub-group's fp32 gradient under
+gpu-grads. The Llama 3 shape's run (tests/conftest.py LLAMA3, 2 CPU ranks, fp32) with accumulation 2, so that
+gpu-grads' first copy, its add and the boundary's copy onto itself all run, must give DeepSpeed's losses to the bit.
+SHARDLAB_TRACE counts gpu-cast's copy on every rank and step, and the parameters that took gpu-grads on each rank. The
+GPU's non-blocking paths are measured on the GPU machine (benchmarks/results). The ds_config's sub-groups and the
+refusals are checked in-process.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.conftest import LLAMA3
+
+ACCUMULATED = (*LLAMA3, "--grad-accum", "2")
+
+
+def test_the_offload_levers_train_what_deepspeed_trains(train, tmp_path, monkeypatch):
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
+    # lean-config too, in the same run: none of the three changes the arithmetic in fp32
+    levers = train("zero3_offload", "--experiments", "gpu-cast,gpu-grads,lean-config", *ACCUMULATED)
+    monkeypatch.delenv("SHARDLAB_TRACE")
+    stock = train("zero3_offload", "--experiments", "none", *ACCUMULATED)  # DeepSpeed's own (gpu-grads is a default)
+    assert set(levers["config"]["experiments"]) == {"gpu-cast", "gpu-grads", "lean-config"}
+    assert stock["config"]["experiments"] == [] and stock["config"]["grad_accum"] == 2
+    assert stock["losses"][-1] < stock["losses"][0]
+    assert levers["losses"] == stock["losses"]
+    assert [v["loss"] for v in levers["val_losses"]] == [v["loss"] for v in stock["val_losses"]]
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    events = Counter(line[0] for line in lines)
+    assert events["zero3-offload-gpu-cast"] == 2 * len(stock["losses"]), events  # one sub-group a rank, every step
+    # every parameter of each rank, once a rank: the tied embedding, 2 layers of 9, the final norm
+    assert [int(line[1]) for line in lines if line[0] == "zero3-offload-gpu-grads"] == [20, 20], lines
+
+
+def test_gpu_cast_sets_sub_groups_unless_the_ratio_has_its_own():
+    from shardlab.core import registry
+    from shardlab.core.strategy import RunContext
+    from shardlab.strategies.deepspeed_experiments import GPU_CAST_SUB_GROUP_SIZE
+    from shardlab.strategies.deepspeed_offload import OFFLOAD_RATIO_SUB_GROUP_SIZE
+
+    ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1, grad_clip=1.0,
+                     micro_batch_size=8, experiments=("gpu-cast",))
+    preset = registry.get("zero3_offload").build()
+    assert preset.ds_config(ctx)["zero_optimization"]["sub_group_size"] == GPU_CAST_SUB_GROUP_SIZE
+    ratio = preset.ds_config(RunContext(**{**ctx.__dict__, "offload_ratio": 0.5}))["zero_optimization"]
+    assert ratio["sub_group_size"] == OFFLOAD_RATIO_SUB_GROUP_SIZE
+    stock = preset.ds_config(RunContext(**{**ctx.__dict__, "experiments": ()}))["zero_optimization"]
+    assert "sub_group_size" not in stock
+
+
+@pytest.mark.parametrize("lever", ["gpu-cast", "gpu-grads"])
+def test_the_offload_levers_are_refused_under_another_deepspeed_and_offered_by_zero3_offload_only(lever, monkeypatch):
+    import importlib.metadata
+
+    from shardlab.core import registry
+    from shardlab.core.errors import UserError
+    from shardlab.core.strategy import RunContext
+
+    assert lever in registry.get("zero3_offload").capabilities.experiments
+    assert lever not in registry.get("zero3").capabilities.experiments
+    offload = registry.get("zero3_offload").build()
+    # gpu-grads is a default where it can run: not under 16-mixed, nor under another DeepSpeed (below)
+    assert offload.default_experiments("bf16-mixed") == ("gpu-grads",) and offload.default_experiments("16-mixed") == ()
+
+    def check(precision: str) -> None:
+        offload.check(RunContext(accelerator="gpu", devices=1, num_nodes=1, precision=precision, grad_accum=1,
+                                 grad_clip=1.0, micro_batch_size=8, experiments=(lever,)))
+
+    if lever == "gpu-cast":
+        check("16-mixed")  # no loss-scale arithmetic of its own
+    else:  # DeepSpeed's fp16 overflow check reads the CPU buffer gpu-grads bypasses
+        with pytest.raises(UserError, match=r"^--experiments gpu-grads: DeepSpeed's fp16 overflow check"):
+            check("16-mixed")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
+    with pytest.raises(UserError, match=rf"^--experiments {lever}: written against DeepSpeed 0\.19\.8"):
+        check("bf16-mixed")
+    assert offload.default_experiments("bf16-mixed") == ()
