@@ -48,10 +48,11 @@ def install(zero) -> int:
     moved = 0
     for i, group in enumerate(zero.fp16_groups):
         grad = zero.fp32_partitioned_groups_flat[i].grad
+        if grad is None:
+            continue
         for param in group:
-            own = buffers.get(param.ds_id)
             sub_group, offset, numel = zero.grad_position[zero.get_param_id(param)]
-            if grad is None or own is None or sub_group != i or grad.device != param.ds_tensor.device:  # the CPU's
+            if param.ds_id not in buffers or sub_group != i or grad.device != param.ds_tensor.device:  # CPU-stepped
                 continue
             buffers[param.ds_id] = grad.narrow(0, offset, numel)
             moved += 1
