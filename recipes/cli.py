@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from typing import Optional
 
@@ -67,10 +66,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _module(args.command).main(args)
     except (UserError, RunFailed) as e:
         print(f"recipe: error: {e}", file=sys.stderr)
-        _record_in_rank(str(e))
         from shardlab.recipes.ranks import exit_failed_rank
 
-        exit_failed_rank(e.exit_code)  # a rank: not through the interpreter's teardown, where gloo can abort it
+        exit_failed_rank(str(e), e.exit_code)  # a rank: recorded for its agent, ended before the interpreter's teardown
         return e.exit_code
     except Interrupted as e:  # Ctrl-C, once everything has stopped: where the run got to (recipes/interrupted.py)
         print(f"recipe: {e}", file=sys.stderr)
@@ -83,15 +81,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         return Interrupted.exit_code
     except BaseException as e:  # a crash: the traceback goes to stderr; the agent gets its last line
         if not isinstance(e, SystemExit):
-            _record_in_rank(f"{type(e).__name__}: {e}".splitlines()[0])
+            from shardlab.recipes.ranks import record_failure
+
+            record_failure(f"{type(e).__name__}: {e}".splitlines()[0])  # a no-op outside a rank the agent started
         raise
-
-
-def _record_in_rank(message: str) -> None:
-    if "TORCHELASTIC_ERROR_FILE" in os.environ:
-        from shardlab.recipes.ranks import record_failure
-
-        record_failure(message)
 
 
 if __name__ == "__main__":

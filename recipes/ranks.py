@@ -192,12 +192,13 @@ def finish_rank() -> None:
     _exit_now(0)
 
 
-def exit_failed_rank(code: int) -> None:
-    """In a rank the agent started (it has an error file), after `record_failure`: end with `code`, skipping the
-    interpreter's teardown as finish_rank does (no barrier: the peers may be gone). In that teardown gloo's threads
+def exit_failed_rank(message: str, code: int) -> None:
+    """In a rank the agent started (it has an error file): `record_failure(message)`, then end with `code`, skipping
+    the interpreter's teardown as finish_rank does (no barrier: the peers may be gone). In that teardown gloo's threads
     aborted a DDP rank whose export check had failed (clean-clone CI, 2026-12-06): the agent then saw SIGABRT and
     named it as the cause instead of the rank's own error. Elsewhere: returns."""
     if "TORCHELASTIC_ERROR_FILE" in os.environ:
+        record_failure(message)
         _exit_now(code)
 
 
