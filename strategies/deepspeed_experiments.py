@@ -132,5 +132,6 @@ def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]
     if "gpu-cast" not in names or accelerator != "gpu":
         return []
     return [f"--experiments gpu-cast: measured slower than DeepSpeed's own copy on one H200 (llama-1b: 12,019 against "
-            f"12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2); check it on this machine "
-            f"before a long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]
+            f"12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2) and on one H100 at "
+            f"--offload-ratio 0.1 (62,329-62,743 against 63,298-63,548 at 16 x 4); check it on this machine before a "
+            f"long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]

@@ -8,8 +8,10 @@ Device)" (results/2026-12-05b-offload-h200.md, SHARDLAB_PROFILE). Here the fp32 
 buffer in chunks without waiting, and cast on the GPU (torch converts on the GPU for a non-blocking copy), so one
 sub-group's copy runs while the CPU steps the next; the step returns once its last copy is done, as DeepSpeed's does.
 fp32 to bf16 rounds to nearest even on either device: the same weights, bit for bit. GPU memory: one fp32 staging
-chunk at a time (CHUNK), in the step, after backward has freed the activations; the estimate does not count it. Not yet run on a GPU: the run
-warns so, with the compare that checks it (ZeRO.warnings).
+chunk at a time (CHUNK), in the step, after backward has freed the activations; the estimate does not count it.
+Measured slower than DeepSpeed's copy: on one H200 at R = 1 (results/2026-12-05d-h200.md) and on one H100 at
+--offload-ratio 0.1 on top of gpu-grads (results/2026-12-06g-cast.md). So it is opt-in, and a GPU run warns so, with the
+compare that checks it (deepspeed_experiments.warnings).
 
 The method replaced is DeepSpeed's private one, so the lever is refused under any DeepSpeed but 0.19.8
 (deepspeed_experiments.py). On CPU processes both ends are in CPU memory: the same chunked copies, run in order, so CI
