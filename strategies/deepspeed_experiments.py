@@ -52,7 +52,14 @@ ZERO3_OFFLOAD = {
     "gpu-grads": "under --offload-ratio below 1, the gradients of the sub-groups stepped on the GPU accumulated there, "
                  "in their fp32 gradient (DeepSpeed moves every sub-group's to pinned CPU memory and back at each "
                  "micro-batch)",
+    "overlap-comm": "DeepSpeed's overlap_comm: each gradient bucket's reduction and its copies to and from pinned CPU "
+                    "memory run on their own stream, beside backward (zero3_offload's config has it off, so they run on "
+                    "the compute stream)",
 }
+# overlap-comm: on one H100 at the selector's offload batch for the 3B shape (8 x 8, R = 1) 13,377 -> 16,587 tokens/s
+# (+24%) in one pair (it ran first), the peak the same to the byte, losses within bf16 noise; the Trainer's offload +
+# Liger, which sets overlap_comm, ran 17,222 on another machine (results/2026-12-06g-cast.md). Offered, not yet a
+# default: llama-1b, both orders and its memory points under it are measured first (2026-12-06g-cast/next.sh)
 # gpu-grads: on one H100 at the selector's offload batch (llama-1b, 16 x 4, --offload-ratio 0.1) 57,783 -> 64,585
 # tokens/s (+11.8%), and +12.3% on top of lean-config, the peak unchanged to the byte, losses within bf16 noise
 # (results/2026-12-06f-offload.md); it changes nothing at R = 1 on a GPU, where every sub-group steps on the CPU
@@ -78,13 +85,16 @@ PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, gpu-grads, no-fetch-sync, 
 
 
 def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any]) -> None:
-    """lean-config's settings, into the ds_config's zero_optimization section and its top level."""
+    """The config levers' settings (lean-config, overlap-comm, sub-groups, gpu-cast's sub-groups), into the ds_config's
+    zero_optimization section and its top level."""
     if "lean-config" in names:
         # the timer syncs the GPU at each forward's start and in engine.step; the contiguous bucket is a copy of each
         # gradient that reduce_scatter never reads; memory_efficient_linear swaps torch's F.linear for a Python
         # autograd.Function in every process (the same GEMMs and saved tensors)
         zero.update(contiguous_gradients=False, memory_efficient_linear=False)
         top["timers"] = {"throughput": {"enabled": False}}
+    if "overlap-comm" in names:
+        zero["overlap_comm"] = True
     if "sub-groups" in names and "offload_optimizer" not in zero:
         zero["sub_group_size"] = ZERO3_SUB_GROUP_SIZE
     # gpu-cast: smaller sub-groups to overlap, unless --offload-ratio chose its own (the ratio needs whole sub-groups)

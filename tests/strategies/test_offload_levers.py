@@ -1,14 +1,14 @@
 """zero3_offload's levers train the model DeepSpeed's own ZeRO-3 offload trains: `gpu-cast`
-(strategies/deepspeed_offload_cast.py), `gpu-grads` (strategies/deepspeed_offload_grads.py), and zero3's `lean-config`
-(strategies/deepspeed_experiments.py), all three in one run.
+(strategies/deepspeed_offload_cast.py), `gpu-grads` (strategies/deepspeed_offload_grads.py), zero3's `lean-config` and
+`overlap-comm` (strategies/deepspeed_experiments.py), all four in one run.
 
 On CPU processes both ends of gpu-cast's copy are in CPU memory, so its chunked copy runs in order; and every sub-group
 is stepped on the CPU, where its gradients are, so every parameter accumulates in its sub-group's fp32 gradient under
 gpu-grads. The Llama 3 shape's run (tests/conftest.py LLAMA3, 2 CPU ranks, fp32) with accumulation 2, so that
 gpu-grads' first copy, its add and the boundary's copy onto itself all run, must give DeepSpeed's losses to the bit.
 SHARDLAB_TRACE counts gpu-cast's copy on every rank and step, and the parameters that took gpu-grads on each rank. The
-GPU's non-blocking paths are measured on the GPU machine (benchmarks/results). The ds_config's sub-groups and the
-refusals are checked in-process.
+GPU's non-blocking paths, and overlap-comm's stream (CPU processes have none: DeepSpeed runs it in order there), are
+measured on the GPU machine (benchmarks/results). The ds_config's levers and the refusals are checked in-process.
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ ACCUMULATED = (*LLAMA3, "--grad-accum", "2")
 def test_the_offload_levers_train_what_deepspeed_trains(train, tmp_path, monkeypatch):
     trace = tmp_path / "trace.txt"
     monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    # lean-config too, in the same run: none of the three changes the arithmetic in fp32
-    levers = train("zero3_offload", "--experiments", "gpu-cast,gpu-grads,lean-config", *ACCUMULATED)
+    # lean-config and overlap-comm too, in the same run: none of the four changes the arithmetic in fp32
+    levers = train("zero3_offload", "--experiments", "gpu-cast,gpu-grads,lean-config,overlap-comm", *ACCUMULATED)
     monkeypatch.delenv("SHARDLAB_TRACE")
     stock = train("zero3_offload", "--experiments", "none", *ACCUMULATED)  # DeepSpeed's own (gpu-grads is a default)
-    assert set(levers["config"]["experiments"]) == {"gpu-cast", "gpu-grads", "lean-config"}
+    assert set(levers["config"]["experiments"]) == {"gpu-cast", "gpu-grads", "lean-config", "overlap-comm"}
     assert stock["config"]["experiments"] == [] and stock["config"]["grad_accum"] == 2
     assert stock["losses"][-1] < stock["losses"][0]
     assert levers["losses"] == stock["losses"]
@@ -40,7 +40,7 @@ def test_the_offload_levers_train_what_deepspeed_trains(train, tmp_path, monkeyp
     assert [int(line[1]) for line in lines if line[0] == "zero3-offload-gpu-grads"] == [20, 20], lines
 
 
-def test_gpu_cast_sets_sub_groups_unless_the_ratio_has_its_own():
+def test_gpu_cast_sets_sub_groups_unless_the_ratio_has_its_own_and_overlap_comm_sets_overlap_comm():
     from shardlab.core import registry
     from shardlab.core.strategy import RunContext
     from shardlab.strategies.deepspeed_experiments import GPU_CAST_SUB_GROUP_SIZE
@@ -54,6 +54,10 @@ def test_gpu_cast_sets_sub_groups_unless_the_ratio_has_its_own():
     assert ratio["sub_group_size"] == OFFLOAD_RATIO_SUB_GROUP_SIZE
     stock = preset.ds_config(RunContext(**{**ctx.__dict__, "experiments": ()}))["zero_optimization"]
     assert "sub_group_size" not in stock
+    # overlap-comm: DeepSpeed's overlap_comm, off in zero3_offload's own config
+    assert stock["overlap_comm"] is False
+    overlap = preset.ds_config(RunContext(**{**ctx.__dict__, "experiments": ("overlap-comm",)}))["zero_optimization"]
+    assert overlap["overlap_comm"] is True
 
 
 @pytest.mark.parametrize("lever", ["gpu-cast", "gpu-grads"])
