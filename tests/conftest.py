@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,10 +35,12 @@ def cache_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def recipe(cache_dir):
-    """recipe(*args) -> CompletedProcess; output captured, SHARDLAB_CACHE isolated per test session."""
+    """recipe(*args) -> CompletedProcess; output captured, SHARDLAB_CACHE isolated per test session; env: variables
+    added to this process's for the command (SHARDLAB_TRACE, SHARDLAB_AB), where several commands run at once."""
 
-    def run(*args: str, timeout: float = 600, pythonpath: str | None = None) -> subprocess.CompletedProcess:
-        env = {**os.environ, "SHARDLAB_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+    def run(*args: str, timeout: float = 600, pythonpath: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        env = {**os.environ, "SHARDLAB_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1", **(env or {})}
         if pythonpath:  # put plug-in packages (real dist-info folders) on the path of the child processes
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
         return subprocess.run([sys.executable, "-m", "shardlab.recipes.cli", *map(str, args)],
@@ -49,20 +52,49 @@ def recipe(cache_dir):
 @pytest.fixture(scope="session")
 def train(recipe, tmp_path_factory):
     """train(strategy, *flags) -> summary dict of a finished run (cached per argument list), with "output" (its folder)
-    and "log" (what it printed, stdout then stderr)."""
+    and "log" (what it printed, stdout then stderr).
+
+    train.many([(strategy, flags, env), ...]) -> their summaries, in that order: the runs not made yet start two at a
+    time, each with env (or None) added to this process's variables. For one-rank runs (--devices 1), which leave one
+    of CI's two cores idle: two at once take about the time of one."""
     done: dict[tuple, dict] = {}
 
-    def run(strategy: str, *flags: str) -> dict:
-        key = (strategy, *flags)
-        if key not in done:
-            out = tmp_path_factory.mktemp(f"run-{strategy}")
-            proc = recipe("run", "--strategy", strategy, "--accelerator", "cpu", "--devices", "2",
-                          "--output", out, *flags)
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            done[key] = json.loads((out / "summary.json").read_text()) | {"output": str(out), "log": proc.stdout + proc.stderr}
-        return done[key]
+    def made(key: tuple, out: Path, env: dict[str, str] | None) -> dict:
+        proc = recipe("run", "--strategy", key[0], "--accelerator", "cpu", "--devices", "2", "--output", out, *key[1:],
+                      env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return json.loads((out / "summary.json").read_text()) | {"output": str(out), "log": proc.stdout + proc.stderr}
 
+    def many(runs: list[tuple[str, tuple[str, ...], dict[str, str] | None]]) -> list[dict]:
+        todo: dict[tuple, tuple[Path, dict[str, str] | None]] = {}
+        for strategy, flags, env in runs:
+            key = (strategy, *flags)
+            if key not in done and key not in todo:
+                todo[key] = (tmp_path_factory.mktemp(f"run-{strategy}"), env)
+        if len(todo) == 1:
+            done.update({key: made(key, out, env) for key, (out, env) in todo.items()})
+        elif todo:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                started = {key: pool.submit(made, key, out, env) for key, (out, env) in todo.items()}
+            done.update({key: job.result() for key, job in started.items()})  # a failed run's assertion is raised here
+        return [done[(strategy, *flags)] for strategy, flags, _ in runs]
+
+    def run(strategy: str, *flags: str) -> dict:
+        return many([(strategy, flags, None)])[0]
+
+    run.many = many
     return run
+
+
+@pytest.fixture(scope="session")
+def default_run(recipe, tmp_path_factory) -> dict:
+    """`recipe run` with no flags: the embedded default (ddp, tiny, fp32, 2 CPU processes, 50 steps at a constant
+    learning rate). test_run.py checks it; test_parity.py's bf16 runs take its first 4 steps as ddp's fp32 losses (those
+    of `--max-steps 4`, to the bit: nothing before step 5 depends on --max-steps). summary.json + "output"."""
+    out = tmp_path_factory.mktemp("default-run") / "run"
+    proc = recipe("run", "--output", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text()) | {"output": str(out)}
 
 
 @pytest.fixture

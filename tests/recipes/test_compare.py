@@ -101,7 +101,9 @@ def test_report_says_identical_and_draws_the_tolerance(tmp_path):
 
 def test_injected_lr_difference_is_a_divergence_with_its_first_step(recipe, tmp_path):
     printed: list[str] = []
-    m = _compare(recipe, tmp_path, "--strategies", "ddp,zero3", "--test-lr-override", "zero3=0.003", stdout=printed)
+    # --no-export: the exports of ddp and zero3 (tiny, fp32, 2 ranks) and the weight check: the four-family compare's
+    m = _compare(recipe, tmp_path, "--strategies", "ddp,zero3", "--test-lr-override", "zero3=0.003", "--no-export",
+                 stdout=printed)
     # each run's progress while it trains, named by its place in the comparison; its whole output in its log
     lines = printed[0].splitlines()
     for tag in ("compare: [1/2] ddp: ", "compare: [2/2] zero3: "):

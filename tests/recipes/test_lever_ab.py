@@ -16,23 +16,33 @@ AB = ("--model", "tiny-llama3", "--max-steps", "13", "--micro-batch-size", "2", 
       str(CHAT_DATA), "--devices", "1", "--precision", "bf16-mixed", "--grad-clip", "0.05", "--no-export")
 
 
-@pytest.mark.parametrize("strategy, lever, stock, with_lever, event", [
+LEVERS = [  # strategy, lever, the stock path's experiments, the switched run's, the lever's SHARDLAB_TRACE event
     ("fsdp", "direct-cast", "none", "direct-cast", "fsdp-reduce-in-place"),
     ("fsdp", "clip-in-adamw", "none", "direct-cast,clip-in-adamw", "fsdp-clip-in-adamw"),
     ("zero3", "no-fetch-sync", "lean-config,fused-step", "lean-config,fused-step,no-fetch-sync", "zero3-fetch-no-sync"),
     ("zero3", "param-lists", "lean-config,fused-step", "lean-config,fused-step,param-lists", "zero3-param-list"),
     ("zero3", "no-nvtx", "lean-config,fused-step", "lean-config,fused-step,no-nvtx", "deepspeed-nvtx-range"),
     ("zero3", "late-wait", "lean-config,fused-step", "lean-config,fused-step,late-wait", "zero3-late-wait"),
-])
-def test_a_switched_lever_trains_what_the_stock_path_trains(train, tmp_path, monkeypatch, strategy, lever, stock,
-                                                           with_lever, event):
-    trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    monkeypatch.setenv("SHARDLAB_AB", f"{lever}:2")
-    switched = train(strategy, *AB, "--experiments", with_lever)
-    monkeypatch.delenv("SHARDLAB_TRACE")
-    monkeypatch.delenv("SHARDLAB_AB")
-    plain = train(strategy, *AB, "--experiments", stock)
+]
+
+
+@pytest.fixture(scope="module")
+def runs(train, tmp_path_factory) -> dict:
+    """Every lever's switched run (under SHARDLAB_TRACE and SHARDLAB_AB) and its stock path's run (without them), the 8
+    distinct runs two at a time (train.many, tests/conftest.py: one rank each, one core each).
+    -> {lever: (switched summary, stock summary, trace file)}"""
+    folder = tmp_path_factory.mktemp("lever-ab")
+    wanted = []
+    for strategy, lever, stock, with_lever, _ in LEVERS:
+        env = {"SHARDLAB_TRACE": str(folder / f"{lever}.txt"), "SHARDLAB_AB": f"{lever}:2"}
+        wanted += [(strategy, (*AB, "--experiments", with_lever), env), (strategy, (*AB, "--experiments", stock), None)]
+    made = iter(train.many(wanted))
+    return {lever: (next(made), next(made), folder / f"{lever}.txt") for _, lever, *_ in LEVERS}
+
+
+@pytest.mark.parametrize("strategy, lever, stock, with_lever, event", LEVERS)
+def test_a_switched_lever_trains_what_the_stock_path_trains(runs, strategy, lever, stock, with_lever, event):
+    switched, plain, trace = runs[lever]
     if lever == "clip-in-adamw":  # the clip rounds once differently where it clips (every step here)
         assert switched["losses"] == pytest.approx(plain["losses"], rel=2e-3)
     else:

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,24 +16,22 @@ CPU = dict(accelerator="cpu", devices=2)
 GPU_80 = dict(accelerator="gpu", gpus=1, gpu_memory_gib=80, cpu_memory_gib=512)
 
 
-def test_a_2_rank_run_resolves_and_tokenises_once_and_plan_says_what_it_did(recipe, in_process, tmp_path, monkeypatch):
-    trace = tmp_path / "trace"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    flags = ("--strategy", "auto", "--accelerator", "cpu", "--devices", "2", "--max-steps", "2", "--output", tmp_path / "o")
-    proc = recipe("run", *flags, "--no-export")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    events = [line.split()[0] for line in trace.read_text().splitlines()]
+def test_a_2_rank_run_resolves_and_tokenises_once_and_plan_says_what_it_did(auto_run, in_process):
+    # `recipe run --strategy auto ... --max-steps 2 --no-export` under SHARDLAB_TRACE (tests/recipes/conftest.py; also
+    # test_plan.py's run of auto end to end)
+    flags, proc, output = auto_run["flags"], auto_run["proc"], auto_run["flags"][-1]
+    events = [line.split()[0] for line in auto_run["trace"].read_text().splitlines()]
     # the launcher resolves and prepares the data once (tokenising it unless the cache has it); the ranks read its file
     assert events.count("resolve") == 1 and events.count("data") == 1 and events.count("tokenise") <= 1, events
     # the first step's gradients were freed right after its optimizer step, not during step 2's forward
     assert "forward-with-gradients" not in events, events
-    assert not (tmp_path / "o" / ".prepared.pt").exists()  # the hand-off to the ranks is gone afterwards
-    written = json.loads((tmp_path / "o" / "resolved.json").read_text())
+    assert not (output / ".prepared.pt").exists()  # the hand-off to the ranks is gone afterwards
+    written = json.loads((output / "resolved.json").read_text())
     rc, out, err = in_process("plan", *flags, "--no-export", "--json")  # plan starts no process: in this one
     assert rc == 0, err
     planned = json.loads(out)["resolved"]
     assert planned == written  # field for field, hardware and decisions included
-    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    summary = json.loads((output / "summary.json").read_text())
     assert summary["config"] == written["config"] and summary["auto"] == written["auto"]
     # what --strategy auto chose on CPU, said before training, and ran
     assert "--strategy auto chose fsdp" in proc.stdout and summary["strategy"] == "fsdp" and summary["auto"]["reasons"]

@@ -18,11 +18,10 @@ from shardlab.recipes.run import prepare
 SUMMARY_KEYS = {"strategy", "world_size", "precision", "losses", "tokens_per_s", "peak_memory_bytes", "wall_s", "hf_export"}
 
 
-def test_default_run_trains_and_exports(recipe, tmp_path):
-    # `recipe run` with no model/data flags: tiny Llama on the shipped corpus, 2 CPU processes.
-    proc = recipe("run", "--output", tmp_path / "run")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+def test_default_run_trains_and_exports(default_run):
+    # `recipe run` with no model/data flags: tiny Llama on the shipped corpus, 2 CPU processes (tests/conftest.py; it
+    # is test_parity.py's fp32 ddp run too)
+    s, out = default_run, Path(default_run["output"])
     assert SUMMARY_KEYS <= set(s)
     assert s["strategy"] == "ddp" and s["world_size"] == 2 and len(s["losses"]) == 50
     assert s["losses"][-1] < s["losses"][0] - 1.0  # the loss falls
@@ -31,8 +30,8 @@ def test_default_run_trains_and_exports(recipe, tmp_path):
     assert s["cpu_threads"] == int(os.environ.get("OMP_NUM_THREADS") or max(1, len(os.sched_getaffinity(0)) // 2))
     model = AutoModelForCausalLM.from_pretrained(s["hf_export"])
     assert model.config.model_type == "llama"
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["hf", "logs", "resolved.json", "summary.json"]
-    assert len((tmp_path / "run" / "logs" / "csv" / "metrics.csv").read_text().splitlines()) == 51  # header + 50 steps
+    assert sorted(p.name for p in out.iterdir()) == ["hf", "logs", "resolved.json", "summary.json"]
+    assert len((out / "logs" / "csv" / "metrics.csv").read_text().splitlines()) == 51  # header + 50 steps
 
 
 def _llama_folder(path: Path) -> Path:

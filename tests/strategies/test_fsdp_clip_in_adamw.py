@@ -39,12 +39,12 @@ def test_the_clip_divided_out_in_adamw_is_torchs_clip():
     assert torch.equal(_step(True, 1e6), _step(False, 1e6))  # under the threshold: nothing divided, same bits
 
 
-def test_fsdp_one_rank_trains_with_the_clip_in_adamw(train, tmp_path, monkeypatch):
+def test_fsdp_one_rank_trains_with_the_clip_in_adamw(train, tmp_path):
     trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    folded = train("fsdp", *ONE_RANK)  # fsdp's defaults: direct-cast and clip-in-adamw
-    monkeypatch.delenv("SHARDLAB_TRACE")
-    stock = train("fsdp", *ONE_RANK, "--experiments", "none")  # torch's clip and AdamW (and test_fsdp_direct_cast's run)
+    # the two one-rank runs at once (train.many, tests/conftest.py): fsdp's defaults (direct-cast and clip-in-adamw)
+    # under SHARDLAB_TRACE, and torch's clip and AdamW (test_fsdp_direct_cast.py's stock run too)
+    folded, stock = train.many([("fsdp", ONE_RANK, {"SHARDLAB_TRACE": str(trace)}),
+                                ("fsdp", (*ONE_RANK, "--experiments", "none"), None)])
     assert folded["config"]["experiments"] == ["direct-cast", "clip-in-adamw"]
     steps = len(stock["losses"])
     assert Counter(line.split()[0] for line in trace.read_text().splitlines())["fsdp-clip-in-adamw"] == steps

@@ -18,12 +18,12 @@ from tests.conftest import LLAMA3
 ONE_RANK = (*LLAMA3, "--devices", "1", "--precision", "bf16-mixed", "--grad-clip", "0.05")
 
 
-def test_direct_cast_trains_what_torchs_one_rank_path_trains(train, tmp_path, monkeypatch):
+def test_direct_cast_trains_what_torchs_one_rank_path_trains(train, tmp_path):
     trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    cast = train("fsdp", *ONE_RANK, "--experiments", "direct-cast")
-    monkeypatch.delenv("SHARDLAB_TRACE")
-    stock = train("fsdp", *ONE_RANK, "--experiments", "none")
+    # one-rank runs at once (train.many, tests/conftest.py), the lever's under SHARDLAB_TRACE; the stock one is
+    # test_fsdp_clip_in_adamw.py's too
+    cast, stock = train.many([("fsdp", (*ONE_RANK, "--experiments", "direct-cast"), {"SHARDLAB_TRACE": str(trace)}),
+                              ("fsdp", (*ONE_RANK, "--experiments", "none"), None)])
     assert cast["config"]["experiments"] == ["direct-cast"] and stock["config"]["experiments"] == []
     assert cast["world_size"] == 1 and stock["losses"][-1] < stock["losses"][0]
     assert cast["losses"] == stock["losses"]

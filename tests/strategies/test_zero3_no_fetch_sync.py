@@ -19,12 +19,12 @@ from tests.strategies.test_fsdp_direct_cast import ONE_RANK
 DEFAULTS = "lean-config,fused-step"  # zero3's defaults when this was written (late-wait joined them later)
 
 
-def test_no_fetch_sync_trains_what_deepspeeds_one_rank_fetch_trains(train, tmp_path, monkeypatch):
+def test_no_fetch_sync_trains_what_deepspeeds_one_rank_fetch_trains(train, tmp_path):
     trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    lever = train("zero3", *ONE_RANK, "--experiments", f"{DEFAULTS},no-fetch-sync")
-    monkeypatch.delenv("SHARDLAB_TRACE")
-    stock = train("zero3", *ONE_RANK, "--experiments", DEFAULTS)
+    # the two one-rank runs at once (train.many, tests/conftest.py), the lever's under SHARDLAB_TRACE
+    lever, stock = train.many([("zero3", (*ONE_RANK, "--experiments", f"{DEFAULTS},no-fetch-sync"),
+                                {"SHARDLAB_TRACE": str(trace)}),
+                               ("zero3", (*ONE_RANK, "--experiments", DEFAULTS), None)])
     assert lever["config"]["experiments"] == ["lean-config", "fused-step", "no-fetch-sync"]
     assert lever["world_size"] == 1 and stock["losses"][-1] < stock["losses"][0]
     assert lever["losses"] == stock["losses"]
