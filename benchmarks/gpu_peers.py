@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -105,9 +104,9 @@ def main() -> None:
                        command=first["command"], losses=first["losses"], config=first.get("config"))
             if first.get("lever_ab"):  # SHARDLAB_AB: the lever off and on within the run; its figure is the speedup
                 row["lever_ab"] = first["lever_ab"]
-        key = lambda r: (r["shape"], r["micro_batch_size"], r.get("grad_accum", 1), r["activation_checkpointing"],
-                         r["system"], r["strategy"], r["tag"])
-        doc["rows"] = [r for r in doc["rows"] if key(r) != key(row)] + [row]
+        # appended, not in place of an earlier row of the same setting: a repeat in one call is a measurement too
+        # (2026-12-06h: the second overlap-comm run of a call replaced its first)
+        doc["rows"].append(row)
         results.write_text(json.dumps(doc, indent=1))
         ab = row.get("lever_ab") or {}
         print(json.dumps({k: row.get(k) for k in ("shape", "system", "strategy", "tag", "tokens_per_s", "mfu", "peak_memory_bytes")}

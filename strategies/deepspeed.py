@@ -28,8 +28,8 @@ warnings.filterwarnings("ignore", message="Since DeepSpeed handles gradient clip
 # (the raw anchor): overlap_comm measured +7% tokens/s on one H200 (34,710-35,080 -> 37,547, llama-1b,
 # results/2026-12-02-gpu-strategies-h200.md); the bucket and sub-group sizes are the anchor's, not
 # measured apart; zero3's sub-groups lever (a default) sets sub_group_size 2e8 over it (deepspeed_experiments.py). Other
-# presets keep DeepSpeed's defaults (ZeRO-2 is at parity with its anchor; zero3_offload's overlap-comm lever turns
-# overlap_comm on, deepspeed_experiments.py).
+# presets keep DeepSpeed's defaults (ZeRO-2 is at parity with its anchor; zero3_offload's overlap-comm lever, one of its
+# defaults, turns overlap_comm on: deepspeed_experiments.py).
 ZERO3_TUNING: dict[str, Any] = {"overlap_comm": True, "reduce_bucket_size": int(2e8), "allgather_bucket_size": int(2e8),
                                 "sub_group_size": int(1e12)}
 

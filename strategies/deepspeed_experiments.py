@@ -56,14 +56,16 @@ ZERO3_OFFLOAD = {
                     "memory run on their own stream, beside backward (zero3_offload's config has it off, so they run on "
                     "the compute stream)",
 }
-# overlap-comm: on one H100 at the selector's offload batch for the 3B shape (8 x 8, R = 1) 13,377 -> 16,587 tokens/s
-# (+24%) in one pair (it ran first), the peak the same to the byte, losses within bf16 noise; the Trainer's offload +
-# Liger, which sets overlap_comm, ran 17,222 on another machine (results/2026-12-06g-cast.md). Offered, not yet a
-# default: llama-1b, both orders and its memory points under it are measured first (2026-12-06g-cast/next.sh)
+# overlap-comm: on one H100 at the selector's offload batch (R = 1, on top of gpu-grads), each pair in both orders
+# beside the Trainer's offload + Liger (which sets overlap_comm) of the same call: the 3B shape (8 x 8) 14,613 ->
+# 17,358 / 17,459 tokens/s (+19%; 0.979x / 0.985x the Trainer's 17,722; +24% in one earlier pair, 2026-12-06g-cast),
+# llama-1b (16 x 4) 44,797 -> 49,270 / 48,505 (+8-10%; 1.015x / 0.999x its 48,535), and +5.3% at --offload-ratio 0.1
+# with lean-config; every peak the same to the byte, losses within bf16 noise, its memory points measured
+# (results/2026-12-06h-overlap.md). So it is a default
 # gpu-grads: on one H100 at the selector's offload batch (llama-1b, 16 x 4, --offload-ratio 0.1) 57,783 -> 64,585
 # tokens/s (+11.8%), and +12.3% on top of lean-config, the peak unchanged to the byte, losses within bf16 noise
 # (results/2026-12-06f-offload.md); it changes nothing at R = 1 on a GPU, where every sub-group steps on the CPU
-ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads",)
+ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm")
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned
 PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait")

@@ -54,10 +54,12 @@ def test_gpu_cast_sets_sub_groups_unless_the_ratio_has_its_own_and_overlap_comm_
     assert ratio["sub_group_size"] == OFFLOAD_RATIO_SUB_GROUP_SIZE
     stock = preset.ds_config(RunContext(**{**ctx.__dict__, "experiments": ()}))["zero_optimization"]
     assert "sub_group_size" not in stock
-    # overlap-comm: DeepSpeed's overlap_comm, off in zero3_offload's own config
+    # overlap-comm: DeepSpeed's overlap_comm, off in zero3_offload's own config (--experiments none) and on by default
     assert stock["overlap_comm"] is False
     overlap = preset.ds_config(RunContext(**{**ctx.__dict__, "experiments": ("overlap-comm",)}))["zero_optimization"]
     assert overlap["overlap_comm"] is True
+    defaults = RunContext(**{**ctx.__dict__, "experiments": preset.default_experiments("bf16-mixed")})
+    assert preset.ds_config(defaults)["zero_optimization"]["overlap_comm"] is True
 
 
 @pytest.mark.parametrize("lever", ["gpu-cast", "gpu-grads"])
@@ -71,8 +73,10 @@ def test_the_offload_levers_are_refused_under_another_deepspeed_and_offered_by_z
     assert lever in registry.get("zero3_offload").capabilities.experiments
     assert lever not in registry.get("zero3").capabilities.experiments
     offload = registry.get("zero3_offload").build()
-    # gpu-grads is a default where it can run: not under 16-mixed, nor under another DeepSpeed (below)
-    assert offload.default_experiments("bf16-mixed") == ("gpu-grads",) and offload.default_experiments("16-mixed") == ()
+    # gpu-grads is a default where it can run: not under 16-mixed, nor under another DeepSpeed (below); overlap-comm, a
+    # config setting of DeepSpeed's, wherever zero3_offload runs
+    assert offload.default_experiments("bf16-mixed") == ("gpu-grads", "overlap-comm")
+    assert offload.default_experiments("16-mixed") == ("overlap-comm",)
 
     def check(precision: str) -> None:
         offload.check(RunContext(accelerator="gpu", devices=1, num_nodes=1, precision=precision, grad_accum=1,
@@ -86,4 +90,4 @@ def test_the_offload_levers_are_refused_under_another_deepspeed_and_offered_by_z
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
     with pytest.raises(UserError, match=rf"^--experiments {lever}: written against DeepSpeed 0\.19\.8"):
         check("bf16-mixed")
-    assert offload.default_experiments("bf16-mixed") == ()
+    assert offload.default_experiments("bf16-mixed") == ("overlap-comm",)  # a setting of any DeepSpeed's config
