@@ -53,8 +53,8 @@ ZERO3_OFFLOAD = {
                  "in their fp32 gradient (DeepSpeed moves every sub-group's to pinned CPU memory and back at each "
                  "micro-batch)",
     "overlap-comm": "DeepSpeed's overlap_comm: each gradient bucket's reduction and its copies to and from pinned CPU "
-                    "memory run on their own stream, beside backward (zero3_offload's config has it off, so they run on "
-                    "the compute stream)",
+                    "memory run on their own stream, beside backward (zero3_offload's own config, run by "
+                    "--experiments none, has it off: they run on the compute stream)",
 }
 # overlap-comm: on one H100 at the selector's offload batch (R = 1, on top of gpu-grads), each pair in both orders
 # beside the Trainer's offload + Liger (which sets overlap_comm) of the same call: the 3B shape (8 x 8) 14,613 ->
