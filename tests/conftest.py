@@ -54,31 +54,37 @@ def train(recipe, tmp_path_factory):
     """train(strategy, *flags) -> summary dict of a finished run (cached per argument list), with "output" (its folder)
     and "log" (what it printed, stdout then stderr).
 
+    train(strategy, *flags, env={...}): with env added to this process's variables (SHARDLAB_TRACE, SHARDLAB_AB). The
+    cache key holds env: a run under SHARDLAB_AB trains otherwise, and a run wanting its own trace file gets its own run.
+
     train.many([(strategy, flags, env), ...]) -> their summaries, in that order: the runs not made yet start two at a
     time, each with env (or None) added to this process's variables. For one-rank runs (--devices 1), which leave one
     of CI's two cores idle: two at once take about the time of one."""
     done: dict[tuple, dict] = {}
 
-    def made(key: tuple, out: Path, env: dict[str, str] | None) -> dict:
-        proc = recipe("run", "--strategy", key[0], "--accelerator", "cpu", "--devices", "2", "--output", out, *key[1:],
+    def made(args: tuple, out: Path, env: dict[str, str] | None) -> dict:
+        proc = recipe("run", "--strategy", args[0], "--accelerator", "cpu", "--devices", "2", "--output", out, *args[1:],
                       env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return json.loads((out / "summary.json").read_text()) | {"output": str(out), "log": proc.stdout + proc.stderr}
 
+    def key(strategy: str, flags: tuple[str, ...], env: dict[str, str] | None) -> tuple:
+        return (strategy, *flags, *sorted((env or {}).items()))
+
     def many(runs: list[tuple[str, tuple[str, ...], dict[str, str] | None]]) -> list[dict]:
-        todo: dict[tuple, tuple[Path, dict[str, str] | None]] = {}
+        todo: dict[tuple, tuple[tuple, Path, dict[str, str] | None]] = {}
         for strategy, flags, env in runs:
-            key = (strategy, *flags)
-            if key not in done and key not in todo:
-                todo[key] = (tmp_path_factory.mktemp(f"run-{strategy}"), env)
+            k = key(strategy, flags, env)
+            if k not in done and k not in todo:
+                todo[k] = ((strategy, *flags), tmp_path_factory.mktemp(f"run-{strategy}"), env)
         if todo:
             with ThreadPoolExecutor(max_workers=2) as pool:
-                started = {key: pool.submit(made, key, out, env) for key, (out, env) in todo.items()}
-            done.update({key: job.result() for key, job in started.items()})  # a failed run's assertion is raised here
-        return [done[(strategy, *flags)] for strategy, flags, _ in runs]
+                started = {k: pool.submit(made, args, out, env) for k, (args, out, env) in todo.items()}
+            done.update({k: job.result() for k, job in started.items()})  # a failed run's assertion is raised here
+        return [done[key(*r)] for r in runs]
 
-    def run(strategy: str, *flags: str) -> dict:
-        return many([(strategy, flags, None)])[0]
+    def run(strategy: str, *flags: str, env: dict[str, str] | None = None) -> dict:
+        return many([(strategy, flags, env)])[0]
 
     run.many = many
     return run

@@ -21,12 +21,11 @@ from tests.conftest import LLAMA3
 ACCUMULATED = (*LLAMA3, "--grad-accum", "2")
 
 
-def test_the_offload_levers_train_what_deepspeed_trains(train, tmp_path, monkeypatch):
+def test_the_offload_levers_train_what_deepspeed_trains(train, tmp_path):
     trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
     # lean-config and overlap-comm too, in the same run: none of the four changes the arithmetic in fp32
-    levers = train("zero3_offload", "--experiments", "gpu-cast,gpu-grads,lean-config,overlap-comm", *ACCUMULATED)
-    monkeypatch.delenv("SHARDLAB_TRACE")
+    levers = train("zero3_offload", "--experiments", "gpu-cast,gpu-grads,lean-config,overlap-comm", *ACCUMULATED,
+                   env={"SHARDLAB_TRACE": str(trace)})
     stock = train("zero3_offload", "--experiments", "none", *ACCUMULATED)  # DeepSpeed's own (gpu-grads is a default)
     assert set(levers["config"]["experiments"]) == {"gpu-cast", "gpu-grads", "lean-config", "overlap-comm"}
     assert stock["config"]["experiments"] == [] and stock["config"]["grad_accum"] == 2

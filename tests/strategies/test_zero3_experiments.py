@@ -22,22 +22,15 @@ NAMES = ("zero3:experiment=none", "zero3", "zero3:experiment=lean-config")
 
 
 @pytest.fixture(scope="module")
-def compared(recipe, tmp_path_factory, monkeypatch_module) -> dict:
+def compared(recipe, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("zero3-experiments")
     trace = out / "trace.txt"
-    monkeypatch_module.setenv("SHARDLAB_TRACE", str(trace))
     proc = recipe("compare", "--strategies", ",".join(NAMES), "--accelerator", "cpu", "--devices", "2", *FLAGS,
-                  "--output", out)
+                  "--output", out, env={"SHARDLAB_TRACE": str(trace)})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     runs = {n: json.loads((out / "runs" / n.replace(":", "-") / "summary.json").read_text()) for n in NAMES}
     events = Counter(line.split()[0] for line in trace.read_text().splitlines())
     return {"metrics": json.loads((out / "metrics.json").read_text()), "runs": runs, "events": events, "out": out}
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
 
 
 def test_zero3_experiments_train_the_model_zero3_trains(compared):
@@ -131,7 +124,7 @@ def test_the_checkpoint_layout_is_the_sub_group_size_and_ratio_deepspeed_runs_wi
     assert layout("zero2") == {}
 
 
-def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_across(train, tmp_path, monkeypatch):
+def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_across(train, tmp_path):
     """tiny-llama3 is below 2e8 parameters, so a --deepspeed-config sub_group_size of 5,000 cuts each rank's partition
     into 8 sub-groups: the same losses and validation losses as test_parity's zero3 run (one sub-group), to 1e-6
     (here to the bit), each sub-group's gradient cast from its span. Its step-2 checkpoint, resumed under zero3's
@@ -141,9 +134,7 @@ def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_acro
     config = tmp_path / "ds.json"
     config.write_text(json.dumps({"zero_optimization": {"stage": 3, "sub_group_size": 5000}}))
     trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    split = train("zero3", *LLAMA3, "--deepspeed-config", str(config))
-    monkeypatch.delenv("SHARDLAB_TRACE")
+    split = train("zero3", *LLAMA3, "--deepspeed-config", str(config), env={"SHARDLAB_TRACE": str(trace)})
     one = train("zero3", *LLAMA3)
     spans = [line.split()[0] for line in trace.read_text().splitlines()].count("zero3-grad-span")
     assert spans == 2 * 3 * 8, spans  # ranks x steps x sub-groups

@@ -43,13 +43,12 @@ def test_what_the_levers_replace_is_there():
     assert parameter_offload.iter_params is partitioned_param_coordinator.iter_params
 
 
-def test_param_lists_on_two_ranks_gather_and_release_what_deepspeed_does(train, tmp_path, monkeypatch):
+def test_param_lists_on_two_ranks_gather_and_release_what_deepspeed_does(train, tmp_path):
     """On 2 ranks DeepSpeed really gathers each module's parameters from the list it is given: with the lists built
     once, test_parity's zero3 run (the Llama 3 shape, tied embeddings, validation and a checkpoint) to the bit."""
     trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    lever = train("zero3", *LLAMA3, "--experiments", "lean-config,fused-step,late-wait,sub-groups,param-lists")
-    monkeypatch.delenv("SHARDLAB_TRACE")
+    lever = train("zero3", *LLAMA3, "--experiments", "lean-config,fused-step,late-wait,sub-groups,param-lists",
+                  env={"SHARDLAB_TRACE": str(trace)})
     stock = train("zero3", *LLAMA3)  # zero3's defaults
     assert lever["world_size"] == 2 and lever["losses"] == stock["losses"]
     assert [v["loss"] for v in lever["val_losses"]] == [v["loss"] for v in stock["val_losses"]]

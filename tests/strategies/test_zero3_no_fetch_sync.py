@@ -34,11 +34,9 @@ def test_no_fetch_sync_trains_what_deepspeeds_one_rank_fetch_trains(train, tmp_p
     assert events["zero3-fetch-no-sync"] >= len(stock["losses"]), events
 
 
-def test_no_fetch_sync_leaves_a_two_rank_gather_to_deepspeed(train, tmp_path, monkeypatch):
+def test_no_fetch_sync_leaves_a_two_rank_gather_to_deepspeed(train, tmp_path):
     trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("SHARDLAB_TRACE", str(trace))
-    lever = train("zero3", *LLAMA3, "--experiments", f"{DEFAULTS},no-fetch-sync")
-    monkeypatch.delenv("SHARDLAB_TRACE")
+    lever = train("zero3", *LLAMA3, "--experiments", f"{DEFAULTS},no-fetch-sync", env={"SHARDLAB_TRACE": str(trace)})
     assert lever["world_size"] == 2 and lever["losses"] == train("zero3", *LLAMA3)["losses"]  # zero3's defaults
     assert "zero3-fetch-no-sync" not in trace.read_text()
 
