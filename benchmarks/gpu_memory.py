@@ -44,18 +44,18 @@ def grid() -> list[tuple]:
     return jobs
 
 
-# A point's optional sixth field, a lever's flags: float8 (--float8), compile (--compile), ratio0.5 (--offload-ratio
-# 0.5), exp.lean-config.fused-step (--experiments lean-config,fused-step).
+# A point's optional sixth field, a lever's flags: float8 (--float8), compile (--compile), fused-adds (--fused-adds),
+# ratio0.5 (--offload-ratio 0.5), exp.lean-config.fused-step (--experiments lean-config,fused-step).
 def extra_flags(extra: str) -> list[str]:
     if not extra:
         return []
-    if extra in ("float8", "compile"):
+    if extra in ("float8", "compile", "fused-adds"):
         return [f"--{extra}"]
     if extra.startswith("ratio"):
         return ["--offload-ratio", extra.removeprefix("ratio")]
     if extra.startswith("exp."):
         return ["--experiments", ",".join(extra.split(".")[1:])]
-    raise SystemExit(f"unknown point option {extra!r}: float8, compile, ratioR or exp.NAME[.NAME]")
+    raise SystemExit(f"unknown point option {extra!r}: float8, compile, fused-adds, ratioR or exp.NAME[.NAME]")
 
 
 def lever_fields(extra: str) -> dict:
@@ -66,6 +66,8 @@ def lever_fields(extra: str) -> dict:
         return {"float8": True}
     if extra == "compile":
         return {"compile": True}
+    if extra == "fused-adds":
+        return {"fused_adds": True}
     if extra.startswith("exp."):
         return {"experiments": extra.split(".")[1:]}
     return {"offload_ratio": float(extra.removeprefix("ratio"))}

@@ -119,6 +119,11 @@ class RunConfig(BaseModel):
     """Compute the output projection and loss per chunk of 4096 tokens, never the full fp32 logits."""
     kernels: Optional[Literal["torch", "liger"]] = None
     """liger: Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, linear cross-entropy without logits; under --compile the loss only), CUDA GPUs only, pip install 'shardlab[gpu]'; default: liger on GPUs where installed (as fast as --compile --kernels torch at 5.6 GiB less on llama-1b), else torch."""
+    fused_adds: Optional[bool] = None
+    """Fold the decoder layers' elementwise adds into the kernels beside them (the projections' input gradients summed
+    by accumulating GEMMs, the attention's residual add in Liger's fused add + RMSNorm, the MLP's in down_proj's GEMM):
+    the same model, fewer kernels; Llama models without projection biases, not with --compile (Inductor fuses them
+    itself); default: on for GPU runs of the presets measured faster with it, off elsewhere."""
     checkpoint_every: int = Field(0, ge=0)
     """Write a checkpoint every N optimizer steps to OUTPUT/checkpoints/step-NNNNNN (0: never)."""
     keep_checkpoints: int = Field(2, ge=1)
@@ -173,6 +178,8 @@ class RunConfig(BaseModel):
         if self.val_batches is not None and self.val_data is None and self.val_split is None:
             raise ValueError(f"--val-batches {self.val_batches}: there is no validation set; give --val-data PATH or "
                              "--val-split F too")
+        if self.fused_adds and self.compile:
+            raise ValueError("--fused-adds and --compile: torch.compile fuses these adds itself; give one of them")
         return self
 
     @field_validator("experiments", mode="before")

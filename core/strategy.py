@@ -69,6 +69,9 @@ class Capabilities(BaseModel):
     """The kind of the backend's own config file it reads (`deepspeed`: `--deepspeed-config`), or None."""
     compile_by_default: bool = False
     """Measured faster with torch.compile on a GPU: GPU runs compile unless the user says --no-compile."""
+    fused_adds_by_default: bool = False
+    """Measured faster with --fused-adds on a GPU (recipes/fused_adds.py): GPU runs fold the adds unless the user says
+    --no-fused-adds or --compile."""
     portable_checkpoint: bool = False
     """Writes and reads the portable copy of a checkpoint (each parameter's fp32 master and Adam moments,
     recipes/portable.py): a run resumes under another strategy or world size, and `recipe export` reads it.
@@ -90,6 +93,7 @@ class RunContext:
     activation_checkpointing: bool = False
     loss_scale: tuple[int, int, int, float] = (16, 1000, 2, 1.0)  # 16-mixed: initial power, window, hysteresis, min
     compile: bool = False  # torch.compile each decoder layer's forward
+    fused_adds: bool = False  # the decoder layers' adds folded into the kernels beside them (recipes/fused_adds.py)
     chunked_loss: bool = False  # output projection + cross-entropy per chunk of tokens (recipes/loss.py)
     kernels: str = "torch"  # "torch" or "liger" (fused Triton kernels, recipes/kernels.py)
     float8: bool = False  # decoder layers' linears in float8 (torchao), recipes/float8.py

@@ -119,6 +119,7 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
         raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
     compile_ = _compiled(preset, work, hw.accelerator)
     work = dataclasses.replace(work, compiled=compile_)  # torch.compile keeps fewer activations (core/memory.py)
+    fused = _fused_adds(cfg, preset, compile_, hw.accelerator, model_cfg)
     # --experiments as given, else the chosen preset's defaults for this precision (zero3's change its step's memory)
     levers = cfg.experiments if cfg.experiments is not None else list(strategy.default_experiments(precision))
     work = dataclasses.replace(work, experiments=tuple(levers))
@@ -135,7 +136,8 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
             [selector.estimate_reason(preset.name, estimate, budget)] if estimate is not None else []) + batch_reasons}
     resolved = cfg.model_copy(update=dict(
         strategy=preset.name, offload=None, accelerator=hw.accelerator, devices=devices, precision=precision,
-        kernels=kernels, compile=compile_, seq_len=seq_len, micro_batch_size=micro, grad_accum=grad_accum,
+        kernels=kernels, compile=compile_, fused_adds=fused, seq_len=seq_len, micro_batch_size=micro,
+        grad_accum=grad_accum,
         activation_checkpointing=work.activation_checkpointing, output=cfg.output or f"runs/{preset.name}"))
     run = ResolvedRun(config=resolved, hardware=budget.hw, model={"name": cfg.model, **shape.describe()},
                       context_length=context, decisions=decisions, auto=auto, warnings=warnings)
@@ -297,6 +299,21 @@ def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, precis
                 work, compiled=_compiled(preset, work, hw.accelerator),
                 experiments=work.experiments if name == chosen else None)))
     return out
+
+
+def _fused_adds(cfg: RunConfig, preset: registry.Preset, compiled: bool, accelerator: str, model_cfg: dict) -> bool:
+    """--fused-adds as given, else on for GPU runs of the presets measured faster with it, not under torch.compile nor
+    for projections with biases (recipes/fused_adds.py)."""
+    biased = model_cfg.get("attention_bias") or model_cfg.get("mlp_bias")
+    if cfg.fused_adds and compiled:  # compile by the preset's default (given together, the config refuses them)
+        raise UserError(f"--fused-adds: {preset.name} compiles its GPU runs by default, and torch.compile fuses these "
+                        "adds itself; add --no-compile, or drop --fused-adds")
+    if cfg.fused_adds and biased:
+        raise UserError(f"--fused-adds: {cfg.model} has biases in its projections (attention_bias or mlp_bias), which "
+                        "the folded adds do not take; drop --fused-adds")
+    if cfg.fused_adds is not None:
+        return cfg.fused_adds
+    return accelerator == "gpu" and preset.capabilities.fused_adds_by_default and not compiled and not biased
 
 
 def _compiled(preset: registry.Preset, work: memory.Workload, accelerator: str) -> bool:

@@ -16,6 +16,8 @@ def _cases(tmp):
     (tmp / "notllama" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     (tmp / "noweights").mkdir()  # a whole Llama config, no weights: plans, does not train
     (tmp / "noweights" / "config.json").write_text(json.dumps(SHAPES["tiny-llama3"]))
+    (tmp / "biased").mkdir()  # a Llama config with biases in its attention projections (Qwen-style)
+    (tmp / "biased" / "config.json").write_text(json.dumps({**SHAPES["tiny-llama3"], "attention_bias": True}))
     (tmp / "noshape").mkdir()
     (tmp / "noshape" / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 320}))
     (tmp / "empty").mkdir()
@@ -92,6 +94,11 @@ def _cases(tmp):
         "too little data for the accumulation": (["--grad-accum", "5000"], "x grad-accum); give more text"),
         "liger kernels on cpu": (["--kernels", "liger"], "run on CUDA GPUs only; use --kernels torch"),
         "unknown kernels": (["--kernels", "triton"], "--kernels"),
+        "fused adds and compile": (["--fused-adds", "--compile"], "--fused-adds and --compile: torch.compile fuses "
+                                   "these adds itself; give one of them"),
+        "fused adds with biased projections": (["--model", tmp / "biased", "--fused-adds"], "has biases in its "
+                                               "projections (attention_bias or mlp_bias), which the folded adds do not "
+                                               "take; drop --fused-adds"),
         "negative lr": (["--lr", "-1"], "--lr"),
         "not an int": (["--max-steps", "many"], "--max-steps"),
         "malformed yaml": (["--config", tmp / "bad.yaml"], "not valid YAML"),
