@@ -123,7 +123,8 @@ class RunConfig(BaseModel):
     """Fold the decoder layers' elementwise adds into the kernels beside them (the projections' input gradients summed
     by accumulating GEMMs, the attention's residual add in Liger's fused add + RMSNorm, the MLP's in down_proj's GEMM):
     the same model, fewer kernels; Llama models without projection biases, not with --compile (Inductor fuses them
-    itself); default: on for GPU runs of the presets measured faster with it, off elsewhere."""
+    itself); default: on for GPU runs with Liger's kernels of the presets measured faster with it (fsdp, zero3), off
+    elsewhere."""
     checkpoint_every: int = Field(0, ge=0)
     """Write a checkpoint every N optimizer steps to OUTPUT/checkpoints/step-NNNNNN (0: never)."""
     keep_checkpoints: int = Field(2, ge=1)

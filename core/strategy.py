@@ -70,8 +70,8 @@ class Capabilities(BaseModel):
     compile_by_default: bool = False
     """Measured faster with torch.compile on a GPU: GPU runs compile unless the user says --no-compile."""
     fused_adds_by_default: bool = False
-    """Measured faster with --fused-adds on a GPU (recipes/fused_adds.py): GPU runs fold the adds unless the user says
-    --no-fused-adds or --compile."""
+    """Measured faster with --fused-adds on a GPU (recipes/fused_adds.py): GPU runs with Liger's kernels fold the adds
+    unless the user says --no-fused-adds or --compile."""
     portable_checkpoint: bool = False
     """Writes and reads the portable copy of a checkpoint (each parameter's fp32 master and Adam moments,
     recipes/portable.py): a run resumes under another strategy or world size, and `recipe export` reads it.

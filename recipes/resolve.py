@@ -119,7 +119,7 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
         raise UserError(f"--strategy {preset.name}: has no CPU support; use --accelerator gpu or another strategy")
     compile_ = _compiled(preset, work, hw.accelerator)
     work = dataclasses.replace(work, compiled=compile_)  # torch.compile keeps fewer activations (core/memory.py)
-    fused = _fused_adds(cfg, preset, compile_, hw.accelerator, model_cfg)
+    fused = _fused_adds(cfg, preset, compile_, hw.accelerator, model_cfg, kernels)
     # --experiments as given, else the chosen preset's defaults for this precision (zero3's change its step's memory)
     levers = cfg.experiments if cfg.experiments is not None else list(strategy.default_experiments(precision))
     work = dataclasses.replace(work, experiments=tuple(levers))
@@ -301,9 +301,10 @@ def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, precis
     return out
 
 
-def _fused_adds(cfg: RunConfig, preset: registry.Preset, compiled: bool, accelerator: str, model_cfg: dict) -> bool:
-    """--fused-adds as given, else on for GPU runs of the presets measured faster with it, not under torch.compile nor
-    for projections with biases (recipes/fused_adds.py)."""
+def _fused_adds(cfg: RunConfig, preset: registry.Preset, compiled: bool, accelerator: str, model_cfg: dict,
+                kernels: str) -> bool:
+    """--fused-adds as given, else on for GPU runs with Liger's kernels (where it was measured) of the presets measured
+    faster with it, not under torch.compile nor for projections with biases (recipes/fused_adds.py)."""
     biased = model_cfg.get("attention_bias") or model_cfg.get("mlp_bias")
     if cfg.fused_adds and compiled:  # compile by the preset's default (given together, the config refuses them)
         raise UserError(f"--fused-adds: {preset.name} compiles its GPU runs by default, and torch.compile fuses these "
@@ -313,7 +314,8 @@ def _fused_adds(cfg: RunConfig, preset: registry.Preset, compiled: bool, acceler
                         "the folded adds do not take; drop --fused-adds")
     if cfg.fused_adds is not None:
         return cfg.fused_adds
-    return accelerator == "gpu" and preset.capabilities.fused_adds_by_default and not compiled and not biased
+    return (accelerator == "gpu" and kernels == "liger" and preset.capabilities.fused_adds_by_default and not compiled
+            and not biased)
 
 
 def _compiled(preset: registry.Preset, work: memory.Workload, accelerator: str) -> bool:

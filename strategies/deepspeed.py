@@ -297,7 +297,10 @@ PRESETS = [
         # --offload-ratio: zero3_offload only. With parameter offload too (zero3_offload_all) the GPU's sub-groups
         # would step fp32 masters whose 16-bit partitions live on the CPU; DeepSpeed's code does not refuse it, but
         # no run here has exercised it (on CPU processes every sub-group is on the CPU anyway), so it stays refused.
+        # --fused-adds: zero3 +1.1% / +1.7% on llama-1b, the peak the same to the byte (one H100,
+        # results/2026-12-06i-fused-adds.md); the other presets have not measured it.
         capabilities=Capabilities(offload=offload, compile_by_default=name == "zero2", native_config="deepspeed",
+                                  fused_adds_by_default=name == "zero3",
                                   portable_checkpoint=True, offload_ratio=name == "zero3_offload",
                                   float8=name in ("zero2", "zero2_offload", "zero3"),
                                   selector_role=role, experiments=experiments.OFFERED.get(name, ({}, ()))[0],

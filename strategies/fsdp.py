@@ -233,8 +233,11 @@ PRESETS = [
     Preset(
         name="fsdp", strategy_cls=FSDP2, family="fsdp",
         description="PyTorch FSDP2 (fully_shard per decoder layer): parameters, gradients, optimizer sharded",
-        # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md)
-        capabilities=Capabilities(compile_by_default=True, selector_role="small", experiments=FSDP_EXPERIMENTS,
+        # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md). --fused-adds
+        # (with Liger's kernels, compile off): +1.6% / +2.6% on llama-1b, +0.6% / +1.0% on the 3B shape, the peak the
+        # same to the byte (one H100, results/2026-12-06i-fused-adds.md)
+        capabilities=Capabilities(compile_by_default=True, fused_adds_by_default=True, selector_role="small",
+                                  experiments=FSDP_EXPERIMENTS,
                                   default_experiments=("direct-cast", "clip-in-adamw"),
                                   switchable=("direct-cast", "clip-in-adamw"), **_FSDP_CAPS),
     ),

@@ -200,12 +200,15 @@ def test_offload_cpu_estimate_follows_the_measured_process():
         assert e.cpu_bytes == pytest.approx(row["peak_cpu_bytes"], rel=0.15), _tag(row)
 
 
+BEFORE = {"fused_adds": False}  # fields whose rows before them ran without what they turn on
+
+
 def test_the_current_gpu_defaults_were_measured():
     """Every built-in preset has measured points under the memory-relevant defaults a GPU run resolves to today:
     change a default (kernels, compile, precision, ...) and this fails until benchmarks/gpu_memory.py re-measures."""
     from shardlab.core import precision as precisions
     from shardlab.recipes import kernels
-    from shardlab.recipes.resolve import _compiled
+    from shardlab.recipes.resolve import _compiled, _fused_adds
 
     rows = _measured_rows()
     for name, preset in registry.presets().items():
@@ -214,7 +217,8 @@ def test_the_current_gpu_defaults_were_measured():
         k = kernels.default("gpu", installed=True)
         work = memory.Workload(micro_batch_size=1, seq_len=2048, activation_checkpointing=False, precision="bf16-mixed",
                                gpus_per_node=1, num_nodes=1, kernels=k, compiled=None)
-        defaults = {"kernels": k, "compile": _compiled(preset, work, "gpu"),
+        compiled = _compiled(preset, work, "gpu")
+        defaults = {"kernels": k, "compile": compiled, "fused_adds": _fused_adds(RunConfig(), preset, compiled, "gpu", {}, k),
                     "precision": precisions.resolve("auto", "gpu", True),
                     "chunked_loss": RunConfig.model_fields["chunked_loss"].default,
                     "grad_reduce_dtype": RunConfig.model_fields["grad_reduce_dtype"].default,
@@ -222,7 +226,8 @@ def test_the_current_gpu_defaults_were_measured():
                     "offload_ratio": RunConfig.model_fields["offload_ratio"].default}
         levers = list(preset.capabilities.default_experiments)  # zero3's lean-config: 0.4 GB less
         hits = [r for r in rows if r["config"]["strategy"] == name  # levers absent from older rows: their defaults
-                and all(r["config"].get(f, RunConfig.model_fields[f].default) == v for f, v in defaults.items())
+                and all(r["config"].get(f, BEFORE.get(f, RunConfig.model_fields[f].default)) == v
+                        for f, v in defaults.items())
                 and (r["config"].get("experiments") or []) == levers]
         assert hits, (f"{name}: no GPU point (H200, or H100 where a row says so) measured under today's GPU defaults "
                       f"{defaults}, experiments {levers}; run benchmarks/gpu_memory.py and add its rows to {MEASURED.name}")

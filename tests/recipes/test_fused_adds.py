@@ -114,3 +114,26 @@ def test_fused_adds_train_the_same_model_under_the_backends_hooks(train, tmp_pat
     assert rel_diff([v["loss"] for v in fused["val_losses"]], [v["loss"] for v in plain["val_losses"]]) < 1e-5
     sums = trace.read_text().split().count("fused-adds-sum")
     assert sums == 2 * len(fused["losses"]) * 2 * 2  # ranks x steps x layers x (q/k/v, gate/up)
+
+
+def test_the_gpu_default_is_on_where_it_was_measured(monkeypatch):
+    """fsdp and zero3 with Liger's kernels (one H100, results/2026-12-06i-fused-adds.md) fold the adds unless told not
+    to; the other presets, CPU runs, torch's kernels and compiled layers do not."""
+    from shardlab.core.config import RunConfig
+    from shardlab.recipes import kernels
+    from shardlab.recipes.resolve import resolve_run
+
+    monkeypatch.setattr(kernels, "default", lambda accelerator, installed=None: "liger" if accelerator == "gpu" else "torch")
+    monkeypatch.setattr(kernels, "check", lambda accelerator: None)  # as on a GPU machine with liger-kernel
+    gpu = dict(model="llama-1b", accelerator="gpu", gpus=1, gpu_memory_gib=80, cpu_memory_gib=512)
+    cases = {("fsdp",): True, ("zero3",): True, ("ddp",): False, ("zero2",): False, ("zero3_offload",): False,
+             ("fsdp", "no"): False, ("fsdp", "torch"): False, ("fsdp", "compile"): False, ("zero2", "yes"): True}
+    for (strategy, *how), expected in cases.items():
+        extra = {"no": {"fused_adds": False}, "yes": {"fused_adds": True}, "torch": {"kernels": "torch"},
+                 "compile": {"compile": True}}[how[0]] if how else {}
+        run = resolve_run(RunConfig(strategy=strategy, **gpu, **extra), for_run=False)
+        assert run.config.fused_adds is expected, (strategy, how)
+        assert run.context().fused_adds is expected
+    assert resolve_run(RunConfig(strategy="fsdp", model="tiny"), for_run=False).config.fused_adds is False  # CPU
+    with pytest.raises(UserError, match="--fused-adds: fsdp compiles its GPU runs by default"):
+        resolve_run(RunConfig(strategy="fsdp", kernels="torch", fused_adds=True, **gpu), for_run=False)
