@@ -33,9 +33,9 @@ class LlamaModule(pl.LightningModule):
         if self.ctx.kernels == "liger":  # under compile only its loss (recipes/kernels.py)
             from shardlab.recipes.kernels import use_liger
             use_liger(model, layers=not self.ctx.compile)
-        if self.ctx.fused_adds:  # after Liger's layers, whose norm takes the attention's residual add
-            from shardlab.recipes import fused_adds
-            fused_adds.use(model, liger=self.ctx.kernels == "liger" and not self.ctx.compile)
+        if self.ctx.fused_adds:  # after Liger's layers, whose norm takes the attention's residual add (never compiled:
+            from shardlab.recipes import fused_adds  # the two are refused together)
+            fused_adds.use(model, liger=self.ctx.kernels == "liger")
         if self.ctx.compile:
             compile_layers(model)
         if self.ctx.chunked_loss and self.ctx.kernels != "liger":  # Liger's loss is chunked already
