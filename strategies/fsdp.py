@@ -14,6 +14,7 @@ from shardlab.core.external import accelerate_base
 from shardlab.core.strategy import Preset, Capabilities, ModelSource, PrecisionPlan, RunContext, Strategy, dtype_name
 from shardlab.strategies import fsdp_clip_in_adamw as clip_in_adamw
 from shardlab.strategies import fsdp_direct_cast as direct_cast
+from shardlab.strategies import fsdp_direct_grads as direct_grads
 from shardlab.strategies._common import adam_step, ensure_adam_state, is_rank_zero
 
 if TYPE_CHECKING:  # torch and Lightning load when a run builds the strategy, not when the registry lists it
@@ -63,6 +64,7 @@ class FSDP2(Strategy):
     def __init__(self, offload: bool = False, reshard_after_forward: bool = True) -> None:
         self.offload, self.reshard_after_forward = offload, reshard_after_forward
         self._clip_into: Optional[torch.optim.Optimizer] = None  # clip-in-adamw: the AdamW the clip factor goes to
+        self._grads: Optional[direct_grads.Grads] = None  # direct-grads: the 16-bit gradients FSDP2 was not given
 
     def lightning_strategy(self, ctx: RunContext) -> ModelParallelStrategy:
         from lightning.pytorch.strategies import ModelParallelStrategy
@@ -99,20 +101,29 @@ class FSDP2(Strategy):
         load_shards(model, source, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
         if "direct-cast" in ctx.experiments and mesh.size() == 1:  # more ranks: FSDP2's own all-gather path
             direct_cast.install(model)
+        if "direct-grads" in ctx.experiments and mesh.size() == 1:
+            self._grads = direct_grads.Grads()
+            direct_grads.install(model, self._grads)
         return model
 
     def experiment_refusal(self, name: str, precision: str) -> str:
-        return direct_cast.refusal() if name == "direct-cast" else ""
+        return direct_cast.refusal() if name in ("direct-cast", "direct-grads") else ""
 
     def optimizer(self, params, spec, ctx: RunContext) -> torch.optim.Optimizer:
-        optimizer = super().optimizer(params, spec, ctx)
-        self._clip_into = optimizer if "clip-in-adamw" in ctx.experiments else None
+        if self._grads is not None:  # its own AdamW, which clips as clip-in-adamw does
+            optimizer = direct_grads.adamw(params, self._grads, lr=spec.lr, betas=spec.betas, eps=spec.eps,
+                                           weight_decay=spec.weight_decay)
+        else:
+            optimizer = super().optimizer(params, spec, ctx)
+        self._clip_into = optimizer if "clip-in-adamw" in ctx.experiments or self._grads is not None else None
         return optimizer
 
     def fused_adamw(self, ctx: RunContext) -> bool:
         return "clip-in-adamw" in ctx.experiments or super().fused_adamw(ctx)
 
     def clip_gradients(self, model: torch.nn.Module, max_norm: float) -> None:
+        if self._grads is not None:
+            return direct_grads.clip(model, max_norm, self._grads, self._clip_into)
         if self._clip_into is None or not switches.on("clip-in-adamw"):  # off: torch's clip, then the same AdamW
             return super().clip_gradients(model, max_norm)
         clip_in_adamw.clip(model, max_norm, self._clip_into)
@@ -218,7 +229,7 @@ def load_shards(model: torch.nn.Module, source: ModelSource, device: torch.devic
             local.copy_(source.read(name, rows=(start, start + local.shape[0])))
 
 
-# fsdp's levers (--experiments); see strategies/fsdp_direct_cast.py and fsdp_clip_in_adamw.py
+# fsdp's levers (--experiments); see strategies/fsdp_direct_cast.py, fsdp_clip_in_adamw.py and fsdp_direct_grads.py
 FSDP_EXPERIMENTS = {
     "direct-cast": "on one rank (one GPU), each layer's fp32 weights cast into its 16-bit ones by one foreach kernel, "
                    "and its gradients reduced in the buffer they were gathered into (torch's one-rank path copies each "
@@ -226,6 +237,9 @@ FSDP_EXPERIMENTS = {
     "clip-in-adamw": "the gradient clip folded into the fused AdamW's step (its kernel divides by the clip factor while "
                      "it steps; no separate pass over the gradients), as zero3's fused-step clips; the clip rounds once "
                      "differently where it clips",
+    "direct-grads": "on one rank (one GPU), the 16-bit gradients go straight to an AdamW that upcasts them as it "
+                    "reads them (no copy into FSDP2's reduce buffer, no fp32 cast, no write-back); the clip as "
+                    "clip-in-adamw's; same values; more ranks keep torch's own path",
 }
 _FSDP_CAPS = dict(portable_checkpoint=True, float8=True, shards_optimizer=True, shards_gradients=True, shards_parameters=True,
                   precisions=("32-true", "bf16-mixed", "bf16-true"))

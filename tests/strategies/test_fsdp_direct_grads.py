@@ -1,0 +1,84 @@
+"""fsdp's `direct-grads` lever (strategies/fsdp_direct_grads.py, strategies/adamw_kernel.py) trains what fsdp's default
+path trains.
+
+One rank on CPU takes FSDP2's one-rank branch as one GPU does: the Llama 3 shape (tied embeddings, validation and a
+checkpoint on the way) in bf16-mixed, clipped every step. There the AdamW steps with torch's fused kernel on the upcast
+16-bit gradients, so the losses must be those of fsdp's defaults to the bit: with one micro-batch a step, with two
+(the taken gradients summed in fp32), and resumed with the lever from a checkpoint the default path wrote.
+SHARDLAB_TRACE counts every module's gradients taken on every micro-batch. On a GPU: the Triton kernel against torch's
+fused AdamW.
+"""
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+
+import pytest
+import torch
+
+from shardlab.recipes.model import SHAPES
+from tests.strategies.test_fsdp_direct_cast import ONE_RANK
+
+LEVER = ("--experiments", "direct-cast,clip-in-adamw,direct-grads")
+
+
+def test_direct_grads_trains_what_the_default_path_trains(train, tmp_path):
+    trace = tmp_path / "trace.txt"
+    stock, lever, stock2, lever2 = train.many([
+        ("fsdp", ONE_RANK, None),
+        ("fsdp", (*ONE_RANK, *LEVER), {"SHARDLAB_TRACE": str(trace)}),
+        ("fsdp", (*ONE_RANK, "--grad-accum", "2"), None),
+        ("fsdp", (*ONE_RANK, "--grad-accum", "2", *LEVER), None)])
+    assert lever["config"]["experiments"] == ["direct-cast", "clip-in-adamw", "direct-grads"]
+    assert stock["config"]["experiments"] == ["direct-cast", "clip-in-adamw"]
+    assert lever["losses"] == stock["losses"] and stock["losses"][-1] < stock["losses"][0]
+    assert [v["loss"] for v in lever["val_losses"]] == [v["loss"] for v in stock["val_losses"]]
+    assert lever2["losses"] == stock2["losses"] and lever2["losses"] != stock["losses"]
+    events = Counter(line.split()[0] for line in trace.read_text().splitlines())
+    groups = SHAPES["tiny-llama3"]["num_hidden_layers"] + 1  # each decoder layer, and the root (embeddings, norm)
+    assert events["fsdp-direct-grads"] == groups * len(stock["losses"]), events
+    assert events["fsdp-clip-in-adamw"] == len(stock["losses"]), events
+    # resumed with the lever from the default path's checkpoint of step 2: its AdamW state (torch's) reads as is
+    resumed = train("fsdp", *ONE_RANK, *LEVER, "--resume", f"{stock['output']}/checkpoints/step-000002")
+    assert resumed["losses"][-1] == stock["losses"][-1]
+
+
+def test_direct_grads_is_refused_under_an_unread_torch(monkeypatch):
+    from shardlab.core import registry
+    from shardlab.core.errors import UserError
+    from shardlab.core.strategy import RunContext
+    from shardlab.strategies import fsdp_direct_cast
+
+    fsdp = registry.get("fsdp").build()
+    monkeypatch.setattr(fsdp_direct_cast, "version", lambda name: "2.99.0+cu130")
+    ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1, grad_clip=1.0,
+                     micro_batch_size=8, experiments=("direct-grads",))
+    with pytest.raises(UserError, match="direct-grads: written against the private FSDP2 code of torch"):
+        fsdp.check(ctx)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util.find_spec("triton")),
+                    reason="the Triton kernel runs on CUDA")
+@pytest.mark.parametrize("clip", [False, True])
+def test_the_triton_step_is_torchs_fused_adamw(clip):
+    """Three steps of one tensor with a bf16 gradient (odd size: a partial last block), against torch's fused AdamW fed
+    the fp32 upcast; weight decay on. Within a few fp32 roundings of the largest value."""
+    from shardlab.strategies import adamw_kernel
+
+    torch.manual_seed(0)
+    n = 3 * adamw_kernel.BLOCK + 77
+    weights = torch.randn(n, device="cuda")
+    ours = [weights.clone(), torch.zeros(n, device="cuda"), torch.zeros(n, device="cuda")]
+    ref = [t.clone() for t in ours]
+    step_ours, step_ref = torch.tensor(0.0), torch.tensor(0.0, device="cuda")
+    scale = torch.tensor(2.5, device="cuda") if clip else None
+    options = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+    for _ in range(3):
+        grad = torch.randn(n, device="cuda").bfloat16()
+        step_ours += 1
+        adamw_kernel.step(*ours[:1], grad, *ours[1:], step_ours, grad_scale=scale, **options)
+        step_ref += 1
+        torch._fused_adamw_([ref[0]], [grad.float()], [ref[1]], [ref[2]], [], [step_ref], amsgrad=False,
+                            maximize=False, grad_scale=scale, found_inf=None, **options)
+    for a, b in zip(ours, ref):
+        assert (a - b).abs().max() <= 4e-7 * b.abs().max(), (a - b).abs().max()
