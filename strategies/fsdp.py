@@ -24,12 +24,13 @@ if TYPE_CHECKING:  # torch and Lightning load when a run builds the strategy, no
 
 # Model states per rank. Byte counts per parameter after the ZeRO paper (Rajbhandari et al. 2020, sec. 3:
 # mixed-precision Adam holds 2 + 2 + 12 = 16 bytes per parameter).
-def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
+def fsdp_states(s: Shape, w: Workload, offload: bool, direct_grads: bool = False) -> ModelStates:
     """FSDP2: master params, grads and Adam states sharded over the world (4 masters' worth of bytes), and
     the root unit (embeddings, lm_head, final norm) unsharded in the compute dtype: FSDP keeps the root
     gathered from forward through backward, while each decoder layer is resharded after its forward, so
     at the peak (the logits and the loss, end of forward / start of backward) no decoder layer is gathered.
-    Offload moves the sharded part to CPU.
+    Offload moves the sharded part to CPU. direct-grads on one rank: the gradients stay in the compute dtype until the
+    step (strategies/fsdp_direct_grads.py), 2 bytes a parameter instead of a master's 4 under bf16-mixed.
     CPU while loading: the model is built on the meta device and sharded, then each rank reads only its rows
     of one tensor at a time from the safetensors files (strategies/fsdp.py load_shards): per rank, one slice
     of the largest tensor as read and in fp32; measured on CPU in tests/strategies/test_loading.py.
@@ -37,7 +38,8 @@ def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
     fsdp_offload points (micro-batch 4 and 8, checkpointing on and off) sit -105..+8 MiB from sharded
     states + root + activations + logits, without the 512 MiB the other backends show."""
     m = memory.master_bytes(w)
-    sharded = int(s.params * 4 * m / w.world_size)
+    grad = w.compute_bytes if direct_grads and w.world_size == 1 and not offload else m
+    sharded = int(s.params * (3 * m + grad) / w.world_size)
     root = s.params - s.layers * s.decoder_layer_params
     # the root gathered, and the output matrix's gradient, unsharded in 16-bit from the loss's backward until the
     # root's reduce-scatter at the end of backward (the tied 3B shape: +0.73 GiB, measured under fsdp_offload)
@@ -53,7 +55,7 @@ def fsdp_states(s: Shape, w: Workload, offload: bool) -> ModelStates:
                            fixed_overhead=0, after_loss=out_grad + 8 * s.decoder_layer_params)
     # the sharded gradients (a master's bytes per parameter, over the world) are freed after each step
     return ModelStates(gpu=sharded + gathered, cpu=load, fixed_overhead=0, after_loss=out_grad,
-                       gradients=int(s.params * m / w.world_size))
+                       gradients=int(s.params * grad / w.world_size))
 
 
 _HALF = ("bf16-mixed", "16-mixed")
@@ -157,7 +159,8 @@ class FSDP2(Strategy):
         }}
 
     def model_state_bytes(self, shape, work):
-        return fsdp_states(shape, work, offload=self.offload)
+        levers = work.experiments if work.experiments is not None else self.default_experiments(work.precision)
+        return fsdp_states(shape, work, offload=self.offload, direct_grads="direct-grads" in levers)
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         import torch

@@ -57,7 +57,7 @@ def test_recipe_strategies_table(in_process):
     assert rows["zero3"]["capabilities"]["switchable"] == ["no-fetch-sync", "param-lists", "no-nvtx",
                                                                 "late-wait"]
     assert rows["fsdp"]["capabilities"]["switchable"] == ["direct-cast", "clip-in-adamw"]
-    assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw"]
+    assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw", "direct-grads"]
     assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw"]
     assert rows["ddp"]["capabilities"]["experiments"] == {}
     assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step", "late-wait", "sub-groups"]
