@@ -1,20 +1,23 @@
-"""One AdamW step of a tensor whose gradient may be 16-bit: fp32 weights and moments, the gradient upcast as it is read.
+"""One AdamW step of many fp32 tensors whose gradients may be 16-bit, each gradient upcast as it is read.
 
 torch's fused AdamW wants the gradient in the weight's dtype, so a 16-bit gradient first becomes an fp32 copy (a read of
 2 bytes and a write of 4 a parameter), which the kernel then reads (4 more), and under `grad_scale` writes back (4
 more). Here one kernel reads the 16-bit gradient once (2 bytes) and writes nothing back: 26 bytes a parameter move
 where torch's path moves 40 (fsdp's direct-grads lever, strategies/fsdp_direct_grads.py).
 
-- On a GPU: a Triton kernel, the arithmetic of torch's fused AdamW (aten/src/ATen/native/cuda/fused_adam_utils.cuh,
-  ADAMW mode) in fp32: decay, both moments, then the bias-corrected step. The bias corrections are taken on the host in
-  double from the step count, as torch's single-tensor AdamW takes them. Against torch's fused kernel fed the upcast
-  gradient: within a few fp32 roundings (tests/strategies/test_fsdp_direct_grads.py, on the GPU).
-- Elsewhere (CPU): torch's own fused AdamW on the upcast gradient, so a CPU run steps as fsdp's default path does, to
+- On a GPU: one Triton launch for all the tensors whose gradients share a dtype, the arithmetic of torch's fused AdamW
+  (ADAMW mode) in fp32: decay, both moments, then the bias-corrected step, the bias corrections taken on the host in
+  double from the step count, as torch's single-tensor AdamW takes them. Each program steps one block of one tensor; it
+  finds the tensor, its weights, moments and length in a table made once (the weights and moments do not move), and its
+  gradient's address in a table copied from pinned memory each step. One launch, not one a tensor: launched one at a
+  time from Python, ~200 small kernels left the GPU waiting on the host for 2 ms of llama-1b's step (one H200,
+  results/2026-12-06j-direct-grads.md). Against torch's fused kernel fed the upcast gradients: within a few fp32
+  roundings (tests/strategies/test_fsdp_direct_grads.py, on the GPU).
+- Elsewhere (CPU): torch's own fused AdamW on the upcast gradients, so a CPU run steps as fsdp's default path does, to
   the bit. The copy costs nothing that matters there.
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import TYPE_CHECKING, Optional
 
@@ -22,57 +25,62 @@ if TYPE_CHECKING:
     import torch
 
 BLOCK = 2048  # elements a program: 8 KiB of each fp32 tensor
+_GRAD_DTYPES = ("float32", "bfloat16", "float16")  # the kernel's G: which dtype it reads gradients as
 
 
-def step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_tensor,
-         *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-         grad_scale: Optional[torch.Tensor]) -> None:
-    """Step `param` (plain fp32 tensors, `step_tensor` a CPU float tensor already counting this step) in place.
-    grad_scale: a one-element fp32 tensor on the parameter's device every gradient is divided by (the clip), or None."""
+def step(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, steps: list, *, lr: float, beta1: float,
+         beta2: float, eps: float, weight_decay: float, grad_scale: Optional[torch.Tensor], tables: dict) -> None:
+    """Step fp32 `params` (plain tensors, with their moments, on one device) in place with `grads`; `steps` are their
+    step counts (CPU float tensors, all equal), counted up here. grad_scale: a one-element fp32 tensor on the device
+    every gradient is divided by (the clip), or None. tables: where the GPU path keeps its tables between steps."""
     import torch
 
-    if param.is_cuda:
-        n = param.numel()
-        if n == 0:
-            return
-        count = float(step_tensor)
-        bias1, bias2 = 1 - beta1 ** count, 1 - beta2 ** count
-        _kernel()[(triton_cdiv(n),)](
-            param, grad, exp_avg, exp_avg_sq, grad_scale if grad_scale is not None else param, n,
-            beta1, beta2, eps, lr * weight_decay, lr / bias1, math.sqrt(bias2),
-            HAS_SCALE=grad_scale is not None, BLOCK=BLOCK, num_warps=8)
+    if not params:
         return
-    torch._fused_adamw_([param], [grad.to(param.dtype)], [exp_avg], [exp_avg_sq], [], [step_tensor], lr=lr, beta1=beta1,
-                        beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False,
-                        grad_scale=grad_scale, found_inf=None)
+    torch._foreach_add_(steps, 1)
+    if not params[0].is_cuda:
+        torch._fused_adamw_(params, [g.to(p.dtype) for g, p in zip(grads, params)], exp_avgs, exp_avg_sqs, [], steps,
+                            lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=False,
+                            maximize=False, grad_scale=grad_scale, found_inf=None)
+        return
+    count = float(steps[0])
+    scalars = (beta1, beta2, eps, lr * weight_decay, lr / (1 - beta1 ** count), math.sqrt(1 - beta2 ** count))
+    for kind in _GRAD_DTYPES:
+        chosen = [i for i, g in enumerate(grads) if str(g.dtype) == f"torch.{kind}"]
+        if chosen:
+            _launch([params[i] for i in chosen], [grads[i] for i in chosen], [exp_avgs[i] for i in chosen],
+                    [exp_avg_sqs[i] for i in chosen], kind, scalars, grad_scale, tables)
 
 
-def triton_cdiv(n: int) -> int:
-    return -(-n // BLOCK)
+def _launch(params, grads, exp_avgs, exp_avg_sqs, kind: str, scalars: tuple, grad_scale, tables: dict) -> None:
+    import torch
+
+    device = params[0].device
+    key = (kind, *(t.data_ptr() for t in (*params, *exp_avgs, *exp_avg_sqs)))
+    table = tables.get(key)
+    if table is None:  # once per set of tensors: [weight, exp_avg, exp_avg_sq, numel] a tensor; tensor and start a block
+        numels = [p.numel() for p in params]
+        blocks = torch.tensor([-(-n // BLOCK) for n in numels])
+        rows = torch.tensor([[p.data_ptr(), m.data_ptr(), v.data_ptr(), n]
+                             for p, m, v, n in zip(params, exp_avgs, exp_avg_sqs, numels)], dtype=torch.int64)
+        tensor_of = torch.repeat_interleave(torch.arange(len(params), dtype=torch.int32), blocks)
+        start_of = torch.cat([torch.arange(int(b), dtype=torch.int64) * BLOCK for b in blocks])
+        table = tables[key] = (rows.to(device), tensor_of.to(device), start_of.to(device), int(blocks.sum()))
+    addresses = torch.tensor([g.data_ptr() for g in grads], dtype=torch.int64)
+    if device.type == "cuda":  # from pinned memory: a copy that does not wait for the GPU's queue
+        addresses = addresses.pin_memory().to(device, non_blocking=True)
+    rows, tensor_of, start_of, programs = table
+    from shardlab.strategies.adamw_triton import adamw
+
+    adamw[(programs,)](rows, addresses, tensor_of, start_of, grad_scale if grad_scale is not None else rows, *scalars,
+                           G=_GRAD_DTYPES.index(kind), HAS_SCALE=grad_scale is not None, BLOCK=BLOCK, num_warps=8)
 
 
-@functools.cache
-def _kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def adamw(p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, n, beta1, beta2, eps, decay, step_size, bias2_sqrt,
-              HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
-        offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = offsets < n
-        g = tl.load(g_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        if HAS_SCALE:
-            g = g / tl.load(scale_ptr)
-        p = tl.load(p_ptr + offsets, mask=mask, other=0.0)
-        m = tl.load(m_ptr + offsets, mask=mask, other=0.0)
-        v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
-        p = p - decay * p  # decoupled weight decay (decay: lr x weight_decay)
-        m = beta1 * m + (1.0 - beta1) * g
-        v = beta2 * v + (1.0 - beta2) * g * g
-        p = p - step_size * m / (tl.sqrt(v) / bias2_sqrt + eps)
-        tl.store(p_ptr + offsets, p, mask=mask)
-        tl.store(m_ptr + offsets, m, mask=mask)
-        tl.store(v_ptr + offsets, v, mask=mask)
-
-    return adamw
+def requirements(params: list, grads: list) -> str:
+    """Why `step` cannot take these tensors ('' where it can): fp32 contiguous weights, gradients of their shape."""
+    for p, g in zip(params, grads):
+        if str(p.dtype) != "torch.float32" or not p.is_contiguous() or not g.is_contiguous() or g.shape != p.shape:
+            return f"a weight of {p.dtype} {tuple(p.shape)} with a gradient of {g.dtype} {tuple(g.shape)}"
+        if p.is_cuda and (p.data_ptr() % 16 or g.data_ptr() % 16):  # the kernel reads 16-byte aligned tensors
+            return "a tensor not aligned to 16 bytes"
+    return ""

@@ -135,6 +135,7 @@ def _optimizer_class() -> type:
             super().__init__(params, foreach=False, fused=False, **options)
             self.grads = grads
             self.grad_scale: Optional[torch.Tensor] = None
+            self._tables: dict = {}  # the GPU kernel's, kept between steps (strategies/adamw_kernel.py)
 
         def zero_grad(self, set_to_none: bool = True) -> None:
             super().zero_grad(set_to_none)
@@ -148,7 +149,7 @@ def _optimizer_class() -> type:
                     loss = closure()
             taken = self.grads.take()
             for group in self.param_groups:
-                beta1, beta2 = group["betas"]
+                chosen: dict[str, list] = {"params": [], "grads": [], "exp_avgs": [], "exp_avg_sqs": [], "steps": []}
                 for p in group["params"]:
                     grad = taken.pop(p, None)
                     if grad is None and p.grad is None:
@@ -160,11 +161,17 @@ def _optimizer_class() -> type:
                         state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     elif state["step"].device.type != "cpu":  # a state loaded onto the device: one read, once
                         state["step"] = state["step"].cpu()
-                    state["step"] += 1
-                    adamw_kernel.step(_local(p), _local(grad if grad is not None else p.grad), _local(state["exp_avg"]),
-                                      _local(state["exp_avg_sq"]), state["step"], lr=group["lr"], beta1=beta1,
-                                      beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-                                      grad_scale=self.grad_scale)
+                    for name, t in (("params", p), ("grads", grad if grad is not None else p.grad),
+                                    ("exp_avgs", state["exp_avg"]), ("exp_avg_sqs", state["exp_avg_sq"])):
+                        chosen[name].append(_local(t))
+                    chosen["steps"].append(state["step"])
+                why = adamw_kernel.requirements(chosen["params"], chosen["grads"])
+                if why:
+                    raise RuntimeError(f"direct-grads: its AdamW cannot step {why}; run with --experiments "
+                                       f"direct-cast,clip-in-adamw")
+                beta1, beta2 = group["betas"]
+                adamw_kernel.step(**chosen, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                                  weight_decay=group["weight_decay"], grad_scale=self.grad_scale, tables=self._tables)
             if taken:
                 raise RuntimeError(f"direct-grads: {len(taken)} gradients taken for weights this AdamW does not step")
             return loss

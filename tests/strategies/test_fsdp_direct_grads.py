@@ -57,28 +57,42 @@ def test_direct_grads_is_refused_under_an_unread_torch(monkeypatch):
         fsdp.check(ctx)
 
 
+def test_the_step_takes_only_fp32_weights_with_gradients_of_their_shape():
+    from shardlab.strategies.adamw_kernel import requirements
+
+    weight = torch.zeros(4, 8)
+    assert requirements([weight], [torch.zeros(4, 8, dtype=torch.bfloat16)]) == ""
+    assert requirements([weight.bfloat16()], [torch.zeros(4, 8)]) == ("a weight of torch.bfloat16 (4, 8) with a gradient "
+                                                                      "of torch.float32 (4, 8)")
+    assert requirements([weight], [torch.zeros(8, 4).t()]).startswith("a weight of torch.float32 (4, 8)")
+
+
 @pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util.find_spec("triton")),
                     reason="the Triton kernel runs on CUDA")
 @pytest.mark.parametrize("clip", [False, True])
 def test_the_triton_step_is_torchs_fused_adamw(clip):
-    """Three steps of one tensor with a bf16 gradient (odd size: a partial last block), against torch's fused AdamW fed
-    the fp32 upcast; weight decay on. Within a few fp32 roundings of the largest value."""
+    """Three steps of tensors of several sizes (whole blocks, a partial last block, less than a block), their gradients
+    bf16 and fp32 in one step, against torch's fused AdamW fed the fp32 upcasts; weight decay on. Within a few fp32
+    roundings of the largest value."""
     from shardlab.strategies import adamw_kernel
 
     torch.manual_seed(0)
-    n = 3 * adamw_kernel.BLOCK + 77
-    weights = torch.randn(n, device="cuda")
-    ours = [weights.clone(), torch.zeros(n, device="cuda"), torch.zeros(n, device="cuda")]
-    ref = [t.clone() for t in ours]
-    step_ours, step_ref = torch.tensor(0.0), torch.tensor(0.0, device="cuda")
+    sizes = (3 * adamw_kernel.BLOCK + 77, adamw_kernel.BLOCK, 300, 5 * adamw_kernel.BLOCK)
+    ours = [[torch.randn(n, device="cuda") for n in sizes], [torch.zeros(n, device="cuda") for n in sizes],
+            [torch.zeros(n, device="cuda") for n in sizes]]
+    ref = [[t.clone() for t in kind] for kind in ours]
+    steps_ours, steps_ref = [torch.tensor(0.0) for _ in sizes], [torch.tensor(0.0, device="cuda") for _ in sizes]
     scale = torch.tensor(2.5, device="cuda") if clip else None
     options = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+    tables: dict = {}
     for _ in range(3):
-        grad = torch.randn(n, device="cuda").bfloat16()
-        step_ours += 1
-        adamw_kernel.step(*ours[:1], grad, *ours[1:], step_ours, grad_scale=scale, **options)
-        step_ref += 1
-        torch._fused_adamw_([ref[0]], [grad.float()], [ref[1]], [ref[2]], [], [step_ref], amsgrad=False,
+        grads = [torch.randn(n, device="cuda").to(torch.bfloat16 if i % 2 == 0 else torch.float32)
+                 for i, n in enumerate(sizes)]
+        adamw_kernel.step(ours[0], grads, ours[1], ours[2], steps_ours, grad_scale=scale, tables=tables, **options)
+        torch._foreach_add_(steps_ref, 1)
+        torch._fused_adamw_(ref[0], [g.float().clone() for g in grads], ref[1], ref[2], [], steps_ref, amsgrad=False,
                             maximize=False, grad_scale=scale, found_inf=None, **options)
-    for a, b in zip(ours, ref):
-        assert (a - b).abs().max() <= 4e-7 * b.abs().max(), (a - b).abs().max()
+    assert len(tables) == 2 and [float(s) for s in steps_ours] == [3.0] * len(sizes)  # a table per gradient dtype
+    for kind_ours, kind_ref in zip(ours, ref):
+        for a, b in zip(kind_ours, kind_ref):
+            assert (a - b).abs().max() <= 4e-7 * b.abs().max(), (a - b).abs().max()
