@@ -58,22 +58,21 @@ def _launch(params, grads, exp_avgs, exp_avg_sqs, kind: str, scalars: tuple, gra
     device = params[0].device
     key = (kind, *(t.data_ptr() for t in (*params, *exp_avgs, *exp_avg_sqs)))
     table = tables.get(key)
-    if table is None:  # once per set of tensors: [weight, exp_avg, exp_avg_sq, numel] a tensor; tensor and start a block
+    if table is None:  # once per set of tensors: [weight, exp_avg, exp_avg_sq, numel] and the first block, a tensor
         numels = [p.numel() for p in params]
-        blocks = torch.tensor([-(-n // BLOCK) for n in numels])
         rows = torch.tensor([[p.data_ptr(), m.data_ptr(), v.data_ptr(), n]
                              for p, m, v, n in zip(params, exp_avgs, exp_avg_sqs, numels)], dtype=torch.int64)
-        tensor_of = torch.repeat_interleave(torch.arange(len(params), dtype=torch.int32), blocks)
-        start_of = torch.cat([torch.arange(int(b), dtype=torch.int64) * BLOCK for b in blocks])
-        table = tables[key] = (rows.to(device), tensor_of.to(device), start_of.to(device), int(blocks.sum()))
+        first = torch.tensor([0] + [-(-n // BLOCK) for n in numels], dtype=torch.int64).cumsum(0)
+        table = tables[key] = (rows.to(device), first.to(device), int(first[-1]), len(params))
     addresses = torch.tensor([g.data_ptr() for g in grads], dtype=torch.int64)
     if device.type == "cuda":  # from pinned memory: a copy that does not wait for the GPU's queue
         addresses = addresses.pin_memory().to(device, non_blocking=True)
-    rows, tensor_of, start_of, programs = table
+    rows, first, programs, count = table
     from shardlab.strategies.adamw_triton import adamw
 
-    adamw[(programs,)](rows, addresses, tensor_of, start_of, grad_scale if grad_scale is not None else rows, *scalars,
-                           G=_GRAD_DTYPES.index(kind), HAS_SCALE=grad_scale is not None, BLOCK=BLOCK, num_warps=8)
+    adamw[(programs,)](rows, addresses, first, count, grad_scale if grad_scale is not None else rows, *scalars,
+                       G=_GRAD_DTYPES.index(kind), HAS_SCALE=grad_scale is not None, BLOCK=BLOCK, SEARCH=count.bit_length(),
+                       num_warps=8)
 
 
 def requirements(params: list, grads: list) -> str:

@@ -37,11 +37,19 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, offsets, mask, beta1, beta2, 
         tl.store(v_ptr + offsets, v)
 
 @triton.jit
-def adamw(rows_ptr, grads_ptr, tensor_of_ptr, start_of_ptr, scale_ptr, beta1, beta2, eps, decay, step_size,
-          bias2_sqrt, G: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
-    program = tl.program_id(0)
-    t = tl.load(tensor_of_ptr + program).to(tl.int64)
-    offsets = tl.max_contiguous(tl.multiple_of(tl.load(start_of_ptr + program) + tl.arange(0, BLOCK), BLOCK), BLOCK)
+def adamw(rows_ptr, grads_ptr, first_ptr, count, scale_ptr, beta1, beta2, eps, decay, step_size, bias2_sqrt,
+          G: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr, SEARCH: tl.constexpr):
+    program = tl.program_id(0).to(tl.int64)
+    lo = tl.zeros((), tl.int64)  # the tensor t with first[t] <= program < first[t + 1]: first[lo] <= program < first[hi]
+    hi = lo + count
+    for _ in tl.static_range(SEARCH):
+        mid = (lo + hi) // 2
+        right = tl.load(first_ptr + mid) <= program
+        lo = tl.where(right, mid, lo)
+        hi = tl.where(right, hi, mid)
+    t = lo
+    start = (program - tl.load(first_ptr + t)) * BLOCK
+    offsets = tl.max_contiguous(tl.multiple_of(start + tl.arange(0, BLOCK), BLOCK), BLOCK)
     n = tl.load(rows_ptr + 4 * t + 3)
     p_ptr = tl.multiple_of(tl.load(rows_ptr + 4 * t).to(tl.pointer_type(tl.float32)), 16)
     m_ptr = tl.multiple_of(tl.load(rows_ptr + 4 * t + 1).to(tl.pointer_type(tl.float32)), 16)
@@ -53,7 +61,6 @@ def adamw(rows_ptr, grads_ptr, tensor_of_ptr, start_of_ptr, scale_ptr, beta1, be
         g_ptr = tl.multiple_of(g_address.to(tl.pointer_type(tl.float16)), 16)
     else:
         g_ptr = tl.multiple_of(g_address.to(tl.pointer_type(tl.float32)), 16)
-    start = tl.load(start_of_ptr + program)
     if start + BLOCK <= n:  # a whole block: unmasked, so that each thread reads 16 bytes at a time
         _update(p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, offsets, offsets >= 0, beta1, beta2, eps, decay, step_size,
                 bias2_sqrt, HAS_SCALE, False)

@@ -109,6 +109,9 @@ class FSDP2(Strategy):
         return model
 
     def experiment_refusal(self, name: str, precision: str) -> str:
+        if name == "direct-grads" and precision.endswith("-true") and precision != "32-true":
+            return (f"under {precision} the weights are 16-bit too, and direct-grads' AdamW steps fp32 weights; drop it "
+                    f"(--experiments direct-cast,clip-in-adamw) or train in bf16-mixed")
         return direct_cast.refusal() if name in ("direct-cast", "direct-grads") else ""
 
     def optimizer(self, params, spec, ctx: RunContext) -> torch.optim.Optimizer:
@@ -255,7 +258,7 @@ PRESETS = [
         # same to the byte (one H100, results/2026-12-06i-fused-adds.md)
         capabilities=Capabilities(compile_by_default=True, fused_adds_by_default=True, selector_role="small",
                                   experiments=FSDP_EXPERIMENTS,
-                                  default_experiments=("direct-cast", "clip-in-adamw"),
+                                  default_experiments=("direct-cast", "clip-in-adamw", "direct-grads"),
                                   switchable=("direct-cast", "clip-in-adamw"), **_FSDP_CAPS),
     ),
     Preset(

@@ -58,6 +58,6 @@ def test_recipe_strategies_table(in_process):
                                                                 "late-wait"]
     assert rows["fsdp"]["capabilities"]["switchable"] == ["direct-cast", "clip-in-adamw"]
     assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw", "direct-grads"]
-    assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw"]
+    assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw", "direct-grads"]
     assert rows["ddp"]["capabilities"]["experiments"] == {}
     assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step", "late-wait", "sub-groups"]

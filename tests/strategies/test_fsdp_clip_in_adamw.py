@@ -2,8 +2,8 @@
 
 In-process: one AdamW step with the factor as grad_scale against torch's clip_grad_norm_ and the same fused step, where
 the norm is over the threshold (one rounding apart) and under it (the same to the bit). One CPU rank through FSDP2
-(DTensor gradients, the norm made whole): the Llama 3 shape in bf16-mixed, clipped every step, fsdp's defaults
-against torch's clip and AdamW (`--experiments none`).
+(DTensor gradients, the norm made whole): the Llama 3 shape in bf16-mixed, clipped every step, direct-cast and
+clip-in-adamw against torch's clip and AdamW (`--experiments none`).
 """
 from __future__ import annotations
 
@@ -41,9 +41,11 @@ def test_the_clip_divided_out_in_adamw_is_torchs_clip():
 
 def test_fsdp_one_rank_trains_with_the_clip_in_adamw(train, tmp_path):
     trace = tmp_path / "trace.txt"
-    # the two one-rank runs at once (train.many, tests/conftest.py): fsdp's defaults (direct-cast and clip-in-adamw)
-    # under SHARDLAB_TRACE, and torch's clip and AdamW (test_fsdp_direct_cast.py's stock run too)
-    folded, stock = train.many([("fsdp", ONE_RANK, {"SHARDLAB_TRACE": str(trace)}),
+    # the two one-rank runs at once (train.many, tests/conftest.py): direct-cast and clip-in-adamw (fsdp's defaults
+    # less direct-grads, which clips its own way) under SHARDLAB_TRACE, and torch's clip and AdamW
+    # (test_fsdp_direct_cast.py's stock run too)
+    folded, stock = train.many([("fsdp", (*ONE_RANK, "--experiments", "direct-cast,clip-in-adamw"),
+                                 {"SHARDLAB_TRACE": str(trace)}),
                                 ("fsdp", (*ONE_RANK, "--experiments", "none"), None)])
     assert folded["config"]["experiments"] == ["direct-cast", "clip-in-adamw"]
     steps = len(stock["losses"])

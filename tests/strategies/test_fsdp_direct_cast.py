@@ -44,7 +44,7 @@ def test_direct_cast_is_refused_and_left_out_of_the_defaults_under_an_unread_tor
     from shardlab.strategies import fsdp_direct_cast
 
     fsdp = registry.get("fsdp").build()
-    assert fsdp.default_experiments("bf16-mixed") == ("direct-cast", "clip-in-adamw")
+    assert fsdp.default_experiments("bf16-mixed") == ("direct-cast", "clip-in-adamw", "direct-grads")
     monkeypatch.setattr(fsdp_direct_cast, "version", lambda name: "2.99.0+cu130")
     assert fsdp.default_experiments("bf16-mixed") == ("clip-in-adamw",)
     ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1, grad_clip=1.0,

@@ -1,15 +1,16 @@
-"""fsdp's `direct-grads` lever (strategies/fsdp_direct_grads.py, strategies/adamw_kernel.py) trains what fsdp's default
-path trains.
+"""fsdp's `direct-grads` lever (strategies/fsdp_direct_grads.py, strategies/adamw_kernel.py; a default) trains what fsdp
+trains without it.
 
 One rank on CPU takes FSDP2's one-rank branch as one GPU does: the Llama 3 shape (tied embeddings, validation and a
 checkpoint on the way) in bf16-mixed, clipped every step. There the AdamW steps with torch's fused kernel on the upcast
-16-bit gradients, so the losses must be those of fsdp's defaults to the bit: with one micro-batch a step, with two
-(the taken gradients summed in fp32), and resumed with the lever from a checkpoint the default path wrote.
+16-bit gradients, so the losses must be those of the run without it to the bit: with one micro-batch a step, with two
+(the taken gradients summed in fp32), and resumed with the lever from a checkpoint the run without it wrote.
 SHARDLAB_TRACE counts every module's gradients taken on every micro-batch. On a GPU: the Triton kernel against torch's
 fused AdamW.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections import Counter
 
@@ -19,16 +20,16 @@ import torch
 from shardlab.recipes.model import SHAPES
 from tests.strategies.test_fsdp_direct_cast import ONE_RANK
 
-LEVER = ("--experiments", "direct-cast,clip-in-adamw,direct-grads")
+WITHOUT = ("--experiments", "direct-cast,clip-in-adamw")  # fsdp's defaults before direct-grads
 
 
 def test_direct_grads_trains_what_the_default_path_trains(train, tmp_path):
     trace = tmp_path / "trace.txt"
     stock, lever, stock2, lever2 = train.many([
-        ("fsdp", ONE_RANK, None),
-        ("fsdp", (*ONE_RANK, *LEVER), {"SHARDLAB_TRACE": str(trace)}),
-        ("fsdp", (*ONE_RANK, "--grad-accum", "2"), None),
-        ("fsdp", (*ONE_RANK, "--grad-accum", "2", *LEVER), None)])
+        ("fsdp", (*ONE_RANK, *WITHOUT), None),
+        ("fsdp", ONE_RANK, {"SHARDLAB_TRACE": str(trace)}),  # fsdp's defaults
+        ("fsdp", (*ONE_RANK, *WITHOUT, "--grad-accum", "2"), None),
+        ("fsdp", (*ONE_RANK, "--grad-accum", "2"), None)])
     assert lever["config"]["experiments"] == ["direct-cast", "clip-in-adamw", "direct-grads"]
     assert stock["config"]["experiments"] == ["direct-cast", "clip-in-adamw"]
     assert lever["losses"] == stock["losses"] and stock["losses"][-1] < stock["losses"][0]
@@ -38,23 +39,27 @@ def test_direct_grads_trains_what_the_default_path_trains(train, tmp_path):
     groups = SHAPES["tiny-llama3"]["num_hidden_layers"] + 1  # each decoder layer, and the root (embeddings, norm)
     assert events["fsdp-direct-grads"] == groups * len(stock["losses"]), events
     assert events["fsdp-clip-in-adamw"] == len(stock["losses"]), events
-    # resumed with the lever from the default path's checkpoint of step 2: its AdamW state (torch's) reads as is
-    resumed = train("fsdp", *ONE_RANK, *LEVER, "--resume", f"{stock['output']}/checkpoints/step-000002")
+    # resumed with the lever from the checkpoint of step 2 of the run without it: its AdamW state (torch's) reads as is
+    resumed = train("fsdp", *ONE_RANK, "--resume", f"{stock['output']}/checkpoints/step-000002")
     assert resumed["losses"][-1] == stock["losses"][-1]
 
 
-def test_direct_grads_is_refused_under_an_unread_torch(monkeypatch):
+def test_direct_grads_is_refused_where_it_cannot_run_and_left_out_of_the_defaults_there(monkeypatch):
     from shardlab.core import registry
     from shardlab.core.errors import UserError
     from shardlab.core.strategy import RunContext
     from shardlab.strategies import fsdp_direct_cast
 
     fsdp = registry.get("fsdp").build()
-    monkeypatch.setattr(fsdp_direct_cast, "version", lambda name: "2.99.0+cu130")
-    ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1, grad_clip=1.0,
+    assert fsdp.default_experiments("bf16-true") == ("direct-cast", "clip-in-adamw")
+    assert "direct-grads" in fsdp.default_experiments("32-true")
+    ctx = RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-true", grad_accum=1, grad_clip=1.0,
                      micro_batch_size=8, experiments=("direct-grads",))
-    with pytest.raises(UserError, match="direct-grads: written against the private FSDP2 code of torch"):
+    with pytest.raises(UserError, match="direct-grads: under bf16-true the weights are 16-bit too"):
         fsdp.check(ctx)
+    monkeypatch.setattr(fsdp_direct_cast, "version", lambda name: "2.99.0+cu130")
+    with pytest.raises(UserError, match="direct-grads: written against the private FSDP2 code of torch"):
+        fsdp.check(dataclasses.replace(ctx, precision="bf16-mixed"))
 
 
 def test_the_step_takes_only_fp32_weights_with_gradients_of_their_shape():

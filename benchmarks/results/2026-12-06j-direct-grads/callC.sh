@@ -17,10 +17,11 @@ python3 -c "from shardlab.recipes.model import initial_folder as f; print(f('lla
 echo "folder at $(el)s"
 G="python3 benchmarks/gpu_peers.py --out $W/peers --micro-batch-size 8 --steps 20 --warmup 5"
 D=(--extra=--experiments=direct-cast,clip-in-adamw,direct-grads --tag direct-grads)
+O=(--extra=--experiments=direct-cast,clip-in-adamw --tag without)  # fsdp's defaults before direct-grads
 fits 45 && $G --pairs "fsdp=" "${D[@]}" 2>&1 | q
-fits 45 && $G --pairs "fsdp=" 2>&1 | q
+fits 45 && $G --pairs "fsdp=" "${O[@]}" 2>&1 | q
 fits 75 && $G --pairs "fsdp=fsdp2_liger" "${D[@]}" 2>&1 | q
-fits 45 && $G --pairs "fsdp=" 2>&1 | q
+fits 45 && $G --pairs "fsdp=" "${O[@]}" 2>&1 | q
 R="python3 -m shardlab.recipes.cli run --strategy fsdp --precision bf16-mixed --seq-len 2048 --no-export --metrics none --max-steps 10"
 fits 60 && { SHARDLAB_PROFILE=$W/profile-fsdp-1b.txt timeout 60 $R --model llama-1b --micro-batch-size 8 \
   --experiments direct-cast,clip-in-adamw,direct-grads --output $W/rp > $W/rp.log 2>&1; echo "profile rc $? at $(el)s";

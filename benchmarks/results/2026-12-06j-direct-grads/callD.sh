@@ -11,10 +11,11 @@ python3 -c "from shardlab.recipes.model import initial_folder as f; print(f('lla
 echo "folder at $(el)s"
 G3="python3 benchmarks/gpu_peers.py --out $W/peers --model llama-3.2-3b --micro-batch-size 4 --steps 20 --warmup 6"
 D=(--extra=--experiments=direct-cast,clip-in-adamw,direct-grads --tag direct-grads)
+O=(--extra=--experiments=direct-cast,clip-in-adamw --tag without)  # fsdp's defaults before direct-grads
 fits 100 && $G3 --pairs "fsdp=fsdp2_liger" "${D[@]}" 2>&1 | q
-fits 60 && $G3 --pairs "fsdp=" 2>&1 | q
+fits 60 && $G3 --pairs "fsdp=" "${O[@]}" 2>&1 | q
 fits 60 && $G3 --pairs "fsdp=" "${D[@]}" 2>&1 | q
-fits 60 && $G3 --pairs "fsdp=" 2>&1 | q
+fits 60 && $G3 --pairs "fsdp=" "${O[@]}" 2>&1 | q
 fits 60 && $G3 --pairs "fsdp=" "${D[@]}" 2>&1 | q
 python3 - $W/peers <<'P'
 import json, sys, glob
