@@ -8,8 +8,9 @@ where torch's path moves 40 (fsdp's direct-grads lever, strategies/fsdp_direct_g
 - On a GPU: one Triton launch for all the tensors whose gradients share a dtype, the arithmetic of torch's fused AdamW
   (ADAMW mode) in fp32: decay, both moments, then the bias-corrected step, the bias corrections taken on the host in
   double from the step count, as torch's single-tensor AdamW takes them. Each program steps one block of one tensor; it
-  finds the tensor, its weights, moments and length in a table made once (the weights and moments do not move), and its
-  gradient's address in a table copied from pinned memory each step. One launch, not one a tensor: launched one at a
+  finds the tensor by a binary search of the tensors' first blocks, its weights, moments and length in a table made
+  once (the weights and moments do not move; a few KiB), and its gradient's address in a table copied from pinned memory
+  each step. One launch, not one a tensor: launched one at a
   time from Python, ~200 small kernels left the GPU waiting on the host for 2 ms of llama-1b's step (one H200,
   results/2026-12-06j-direct-grads.md). Against torch's fused kernel fed the upcast gradients: within a few fp32
   roundings (tests/strategies/test_fsdp_direct_grads.py, on the GPU).
@@ -71,8 +72,8 @@ def _launch(params, grads, exp_avgs, exp_avg_sqs, kind: str, scalars: tuple, gra
     from shardlab.strategies.adamw_triton import adamw
 
     adamw[(programs,)](rows, addresses, first, count, grad_scale if grad_scale is not None else rows, *scalars,
-                       G=_GRAD_DTYPES.index(kind), HAS_SCALE=grad_scale is not None, BLOCK=BLOCK, SEARCH=count.bit_length(),
-                       num_warps=8)
+                       G=_GRAD_DTYPES.index(kind), HAS_SCALE=grad_scale is not None, BLOCK=BLOCK,
+                       SEARCH=count.bit_length(), num_warps=8)
 
 
 def requirements(params: list, grads: list) -> str:

@@ -1,4 +1,4 @@
-"""The Triton kernel of strategies/adamw_kernel.py (imported there only on a GPU: triton comes with CUDA builds of torch).
+"""The Triton kernel of strategies/adamw_kernel.py (imported there only on a GPU: CUDA builds of torch bring triton).
 
 `adamw`: one program a block of one tensor. Whole blocks load and store unmasked, so that each thread moves 16 bytes at
 a time (the weights, moments and gradients come from torch's allocator, aligned to 16 bytes, which
@@ -40,7 +40,8 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, offsets, mask, beta1, beta2, 
 def adamw(rows_ptr, grads_ptr, first_ptr, count, scale_ptr, beta1, beta2, eps, decay, step_size, bias2_sqrt,
           G: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr, SEARCH: tl.constexpr):
     program = tl.program_id(0).to(tl.int64)
-    lo = tl.zeros((), tl.int64)  # the tensor t with first[t] <= program < first[t + 1]: first[lo] <= program < first[hi]
+    # the tensor t with first[t] <= program < first[t + 1], keeping first[lo] <= program < first[hi]
+    lo = tl.zeros((), tl.int64)
     hi = lo + count
     for _ in tl.static_range(SEARCH):
         mid = (lo + hi) // 2

@@ -110,8 +110,8 @@ class FSDP2(Strategy):
 
     def experiment_refusal(self, name: str, precision: str) -> str:
         if name == "direct-grads" and precision.endswith("-true") and precision != "32-true":
-            return (f"under {precision} the weights are 16-bit too, and direct-grads' AdamW steps fp32 weights; drop it "
-                    f"(--experiments direct-cast,clip-in-adamw) or train in bf16-mixed")
+            return (f"under {precision} the weights are 16-bit too, and direct-grads' AdamW steps fp32 weights; "
+                    f"drop it (--experiments direct-cast,clip-in-adamw) or train in bf16-mixed")
         return direct_cast.refusal() if name in ("direct-cast", "direct-grads") else ""
 
     def optimizer(self, params, spec, ctx: RunContext) -> torch.optim.Optimizer:

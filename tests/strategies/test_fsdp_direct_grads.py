@@ -67,8 +67,8 @@ def test_the_step_takes_only_fp32_weights_with_gradients_of_their_shape():
 
     weight = torch.zeros(4, 8)
     assert requirements([weight], [torch.zeros(4, 8, dtype=torch.bfloat16)]) == ""
-    assert requirements([weight.bfloat16()], [torch.zeros(4, 8)]) == ("a weight of torch.bfloat16 (4, 8) with a gradient "
-                                                                      "of torch.float32 (4, 8)")
+    assert requirements([weight.bfloat16()], [torch.zeros(4, 8)]) == (
+        "a weight of torch.bfloat16 (4, 8) with a gradient of torch.float32 (4, 8)")
     assert requirements([weight], [torch.zeros(8, 4).t()]).startswith("a weight of torch.float32 (4, 8)")
 
 
