@@ -255,7 +255,8 @@ PRESETS = [
         description="PyTorch FSDP2 (fully_shard per decoder layer): parameters, gradients, optimizer sharded",
         # --compile: +11% tokens/s on one H200 (llama-1b; results/2026-12-02-gpu-strategies-h200.md). --fused-adds
         # (with Liger's kernels, compile off): +1.6% / +2.6% on llama-1b, +0.6% / +1.0% on the 3B shape, the peak the
-        # same to the byte (one H100, results/2026-12-06i-fused-adds.md)
+        # same to the byte (one H100, results/2026-12-06i-fused-adds.md). direct-grads: +4.0-5.1% on llama-1b, +5.1-8.0%
+        # on the 3B shape, the peak the same or lower (one H200 and one H100, results/2026-12-06j-direct-grads.md)
         capabilities=Capabilities(compile_by_default=True, fused_adds_by_default=True, selector_role="small",
                                   experiments=FSDP_EXPERIMENTS,
                                   default_experiments=("direct-cast", "clip-in-adamw", "direct-grads"),

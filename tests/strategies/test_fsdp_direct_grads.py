@@ -62,6 +62,28 @@ def test_direct_grads_is_refused_where_it_cannot_run_and_left_out_of_the_default
         fsdp.check(dataclasses.replace(ctx, precision="bf16-mixed"))
 
 
+def test_the_clip_goes_to_the_adamw_unless_clip_in_adamw_is_switched_off():
+    """In-process: with clip-in-adamw on, the clip factor is the AdamW's divisor and the gradients stay as they are;
+    switched off (SHARDLAB_AB=clip-in-adamw), they are multiplied by torch's clip factor and the AdamW divides by
+    nothing."""
+    from shardlab.core import switches
+    from shardlab.strategies import fsdp_direct_grads as direct_grads
+
+    model = torch.nn.Linear(4, 4, bias=False)
+    grads = direct_grads.Grads()
+    grads.add(model.weight, torch.full((4, 4), 1.0, dtype=torch.bfloat16))  # norm 4
+    optimizer = direct_grads.adamw(model.parameters(), grads, lr=1e-3)
+    direct_grads.clip(model, 1.0, grads, optimizer)
+    assert float(optimizer.grad_scale) == pytest.approx(4.0) and float(grads.by_param[model.weight][0, 0]) == 1.0
+    optimizer.grad_scale = None
+    switches.switch("clip-in-adamw", False)
+    try:
+        direct_grads.clip(model, 1.0, grads, optimizer)
+    finally:
+        switches.switch("clip-in-adamw", True)
+    assert optimizer.grad_scale is None and float(grads.by_param[model.weight][0, 0]) == 0.25
+
+
 def test_the_step_takes_only_fp32_weights_with_gradients_of_their_shape():
     from shardlab.strategies.adamw_kernel import requirements
 
