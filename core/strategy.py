@@ -240,6 +240,11 @@ class Strategy(ABC):
         less those `experiment_refusal` refuses here."""
         return tuple(n for n in self.capabilities.default_experiments if not self.experiment_refusal(n, precision))
 
+    def levers(self, work) -> tuple[str, ...]:
+        """The levers a workload's estimate counts (model_state_bytes): its experiments as the run resolved them, else
+        (a preset the selector only weighs) this preset's defaults in its precision."""
+        return tuple(work.experiments) if work.experiments is not None else self.default_experiments(work.precision)
+
     def experiment_refusal(self, name: str, precision: str) -> str:
         """Why lever `name` cannot run in this precision with the installed libraries ('' where it can): `check`
         refuses it in those words, and the defaults leave it out. Default: every lever can run."""

@@ -164,7 +164,7 @@ class ZeRO(Strategy):
     def model_state_bytes(self, shape, work):
         if self.stage == 2:
             return zero2_states(shape.params, work, offload=self.offload != "none")
-        levers = work.experiments if work.experiments is not None else self.default_experiments(work.precision)
+        levers = self.levers(work)
         groups = experiments.sub_group_size(levers, self.tuning.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE))
         return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all",
                             fused_step="fused-step" in levers, sub_group_size=groups)

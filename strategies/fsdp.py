@@ -162,8 +162,7 @@ class FSDP2(Strategy):
         }}
 
     def model_state_bytes(self, shape, work):
-        levers = work.experiments if work.experiments is not None else self.default_experiments(work.precision)
-        return fsdp_states(shape, work, offload=self.offload, direct_grads="direct-grads" in levers)
+        return fsdp_states(shape, work, offload=self.offload, direct_grads="direct-grads" in self.levers(work))
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         import torch

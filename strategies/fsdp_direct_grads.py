@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Optional
 
 from shardlab.core import switches, trace
 from shardlab.strategies import adamw_kernel
-from shardlab.strategies._common import clip_divisor
+from shardlab.strategies._common import clip_divisor, ensure_adam_state
 
 if TYPE_CHECKING:
     import torch
@@ -165,10 +165,8 @@ def _optimizer_class() -> type:
                     if grad is None and p.grad is None:
                         continue
                     state = self.state[p]
-                    if "step" not in state:
-                        state["step"] = torch.tensor(0.0)
-                        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    if "step" not in state:  # as torch's AdamW's first step: zeros, a CPU step count (not fused)
+                        ensure_adam_state(self, 0, [p])
                     elif state["step"].device.type != "cpu":  # a state loaded onto the device: one read, once
                         state["step"] = state["step"].cpu()
                     for name, t in (("params", p), ("grads", grad if grad is not None else p.grad),
