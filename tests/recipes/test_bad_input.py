@@ -99,6 +99,9 @@ def _cases(tmp):
         "fused adds with biased projections": (["--model", tmp / "biased", "--fused-adds"], "has biases in its "
                                                "projections (attention_bias or mlp_bias), which the folded adds do not "
                                                "take; drop --fused-adds"),
+        "direct-grads with 16-bit weights": (["--strategy", "fsdp", "--precision", "bf16-true", "--experiments",
+                                              "direct-grads"], "--experiments direct-grads: under bf16-true the weights "
+                                             "are 16-bit too, and direct-grads' AdamW steps fp32 weights; drop it"),
         "negative lr": (["--lr", "-1"], "--lr"),
         "not an int": (["--max-steps", "many"], "--max-steps"),
         "malformed yaml": (["--config", tmp / "bad.yaml"], "not valid YAML"),
