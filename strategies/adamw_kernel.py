@@ -30,10 +30,14 @@ _GRAD_DTYPES = ("float32", "bfloat16", "float16")  # the kernel's G: which dtype
 
 
 def step(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, steps: list, *, lr: float, beta1: float,
-         beta2: float, eps: float, weight_decay: float, grad_scale: Optional[torch.Tensor], tables: dict) -> None:
+         beta2: float, eps: float, weight_decay: float, grad_scale: Optional[torch.Tensor], tables: dict,
+         found_inf: Optional[torch.Tensor] = None) -> None:
     """Step fp32 `params` (plain tensors, with their moments, on one device) in place with `grads`; `steps` are their
     step counts (CPU float tensors, all equal), counted up here. grad_scale: a one-element fp32 tensor on the device
-    every gradient is divided by (the clip), or None. tables: where the GPU path keeps its tables between steps."""
+    every gradient is divided by (the clip), or None. found_inf: a one-element fp32 tensor on the device, or None;
+    where it is not 0 the weights and moments are left as they are (GradScaler's route, read on the device), but the
+    step counts are still counted up: the caller, once it has read found_inf, takes them back. tables: where the GPU
+    path keeps its tables between steps."""
     import torch
 
     if not params:
@@ -42,7 +46,7 @@ def step(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, steps: li
     if not params[0].is_cuda:
         torch._fused_adamw_(params, [g.to(p.dtype) for g, p in zip(grads, params)], exp_avgs, exp_avg_sqs, [], steps,
                             lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=False,
-                            maximize=False, grad_scale=grad_scale, found_inf=None)
+                            maximize=False, grad_scale=grad_scale, found_inf=found_inf)
         return
     count = float(steps[0])
     scalars = (beta1, beta2, eps, lr * weight_decay, lr / (1 - beta1 ** count), math.sqrt(1 - beta2 ** count))
@@ -50,10 +54,11 @@ def step(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, steps: li
         chosen = [i for i, g in enumerate(grads) if str(g.dtype) == f"torch.{kind}"]
         if chosen:
             _launch([params[i] for i in chosen], [grads[i] for i in chosen], [exp_avgs[i] for i in chosen],
-                    [exp_avg_sqs[i] for i in chosen], kind, scalars, grad_scale, tables)
+                    [exp_avg_sqs[i] for i in chosen], kind, scalars, grad_scale, found_inf, tables)
 
 
-def _launch(params, grads, exp_avgs, exp_avg_sqs, kind: str, scalars: tuple, grad_scale, tables: dict) -> None:
+def _launch(params, grads, exp_avgs, exp_avg_sqs, kind: str, scalars: tuple, grad_scale, found_inf,
+            tables: dict) -> None:
     import torch
 
     device = params[0].device
@@ -71,8 +76,9 @@ def _launch(params, grads, exp_avgs, exp_avg_sqs, kind: str, scalars: tuple, gra
     rows, first, programs, count = table
     from shardlab.strategies.adamw_triton import adamw
 
-    adamw[(programs,)](rows, addresses, first, count, grad_scale if grad_scale is not None else rows, *scalars,
-                       G=_GRAD_DTYPES.index(kind), HAS_SCALE=grad_scale is not None, BLOCK=BLOCK,
+    adamw[(programs,)](rows, addresses, first, count, grad_scale if grad_scale is not None else rows,
+                       found_inf if found_inf is not None else rows, *scalars, G=_GRAD_DTYPES.index(kind),
+                       HAS_SCALE=grad_scale is not None, HAS_FOUND=found_inf is not None, BLOCK=BLOCK,
                        SEARCH=count.bit_length(), num_warps=8)
 
 

@@ -37,8 +37,12 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, scale_ptr, offsets, mask, beta1, beta2, 
         tl.store(v_ptr + offsets, v)
 
 @triton.jit
-def adamw(rows_ptr, grads_ptr, first_ptr, count, scale_ptr, beta1, beta2, eps, decay, step_size, bias2_sqrt,
-          G: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr, SEARCH: tl.constexpr):
+def adamw(rows_ptr, grads_ptr, first_ptr, count, scale_ptr, found_ptr, beta1, beta2, eps, decay, step_size,
+          bias2_sqrt, G: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_FOUND: tl.constexpr, BLOCK: tl.constexpr,
+          SEARCH: tl.constexpr):
+    if HAS_FOUND:  # GradScaler's found_inf: where set, nothing is stepped
+        if tl.load(found_ptr) != 0.0:
+            return
     program = tl.program_id(0).to(tl.int64)
     # the tensor t with first[t] <= program < first[t + 1], keeping first[lo] <= program < first[hi]
     lo = tl.zeros((), tl.int64)

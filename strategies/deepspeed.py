@@ -167,7 +167,8 @@ class ZeRO(Strategy):
         levers = self.levers(work)
         groups = experiments.sub_group_size(levers, self.tuning.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE))
         return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all",
-                            fused_step="fused-step" in levers, sub_group_size=groups)
+                            fused_step="fused-step" in levers, sub_group_size=groups,
+                            direct_grads="direct-grads" in levers)
 
     def _run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The DeepSpeed config the run hands Lightning: the preset's, with the user's file over it."""

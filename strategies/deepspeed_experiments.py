@@ -38,6 +38,9 @@ ZERO3 = {
     "sub-groups": "the optimizer step in sub-groups of 2e8 parameters (DeepSpeed's sub_group_size; Lightning's 1e12 "
                   "makes the partition one): the step's fp32 gradients a sub-group at a time, not the whole "
                   "partition's at once (the 3B shape: at most 1.6 GB, not 12.9)",
+    "direct-grads": "the 16-bit gradients to the AdamW as they are: on a one-rank group without DeepSpeed's "
+                    "concatenation, division by one and reduce-scatter, and stepped by a kernel that upcasts them as it "
+                    "reads them (no fp32 gradient per sub-group); needs fused-step",
 }
 ZERO3_SUB_GROUP_SIZE = int(2e8)
 ZERO3_DEFAULTS = ("lean-config", "fused-step", "late-wait", "sub-groups")
@@ -68,19 +71,22 @@ ZERO3_OFFLOAD = {
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm")
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned
-PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait")
+PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait",
+           "direct-grads")
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 # those that can be switched off and on between steps of one run (Capabilities.switchable, SHARDLAB_AB)
 SWITCHABLE = {"zero3": ("no-fetch-sync", "param-lists", "no-nvtx", "late-wait")}
 # a lever that works through another's code, with why: late-wait hands its check to the fused AdamW fused-step asks for
-NEEDS = {"late-wait": ("fused-step", "its fused AdamW")}
+NEEDS = {"late-wait": ("fused-step", "its fused AdamW"),
+         "direct-grads": ("fused-step", "its clip as the AdamW's divisor")}
 # the levers that are code, not config: the module whose install(...) puts each in place, given the engine's model,
 # its ZeRO optimizer or nothing (the process), in the order they are installed
 INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("deepspeed_param_lists", "model"),
              "no-nvtx": ("deepspeed_nvtx", "process"), "fused-step": ("deepspeed_zero3_step", "optimizer"),
              "late-wait": ("deepspeed_late_wait", "optimizer"), "gpu-cast": ("deepspeed_offload_cast", "optimizer"),
-             "gpu-grads": ("deepspeed_offload_grads", "optimizer")}
+             "gpu-grads": ("deepspeed_offload_grads", "optimizer"),
+             "direct-grads": ("deepspeed_direct_grads", "optimizer")}
 
 PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, gpu-grads, no-fetch-sync, param-lists and late-wait replace
 # private code of this version's ZeRO-3, no-nvtx sets a flag of its nvtx module

@@ -62,7 +62,7 @@ ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
 def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool, fused_step: bool = False,
-                 sub_group_size: int = int(1e12)) -> ModelStates:
+                 sub_group_size: int = int(1e12), direct_grads: bool = False) -> ModelStates:
     """ZeRO-3, the unit fetched whole being the larger of a decoder layer (shardlab's fetch unit, build_model) and
     the largest module (DeepSpeed's "largest layer").
     GPU through forward/backward: the fetched unit (4 bytes a parameter, DeepSpeed's convention) and the 16-bit
@@ -73,7 +73,9 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
     16-bit buffer, so the step adds 4n / gpus: llama-1b with checkpointing 20.55 GiB (estimate 21.2), the 3B shape
     59.91 (61.8) (results/2026-12-05-zero3-experiments-h200.md). DeepSpeed steps the partition a sub-group at a time
     and frees each one's fp32 gradient before the next (_release_sub_group): the step adds that much of the largest
-    sub-group (`sub_group_size`; zero3's 1e12 makes the partition one, its sub-groups lever 2e8).
+    sub-group (`sub_group_size`; zero3's 1e12 makes the partition one, its sub-groups lever 2e8). Under
+    direct-grads (deepspeed_direct_grads.py) the AdamW reads the 16-bit gradient partition itself: the step adds
+    nothing.
     Optimizer offload keeps the 16-bit parameter partition on the GPU (and DeepSpeed's buckets while layers'
     gradients arrive); parameter offload keeps up to stage3_max_live_parameters fetched back for compute, never
     more than optimizer offload alone holds; at world size 1 nothing is gathered beside them. Beside a recomputed
@@ -106,5 +108,6 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
         return ModelStates(gpu=(fetched if gpus > 1 else 0) + resident, cpu=cpu, fixed_overhead=REDUCE_BUCKET_BYTES,
                            gradient_buckets=ZERO3_OFFLOAD_FLUSH_BYTES + norm + held)
     forward = fetched + int(16 * n / gpus)
-    step_only = (4 if fused_step else 6) * min(int(n / gpus), max(sub_groups(s, gpus, sub_group_size)))
+    step_only = 0 if direct_grads else (4 if fused_step else 6) * min(int(n / gpus),
+                                                                      max(sub_groups(s, gpus, sub_group_size)))
     return ModelStates(gpu=forward + step_only, cpu=int(largest * 4 * w.gpus_per_node * 1.5), step_only=step_only)

@@ -95,11 +95,11 @@ def _clip_in_optimizer(self, sub_group_id, total_norm):
         return type(self).unscale_and_clip_grads(self, sub_group_id, total_norm)
     if self.clip_grad == 0. and self.loss_scale == 1.:  # nothing to scale: DeepSpeed would still multiply by 1
         return
-    grad = self.fp32_partitioned_groups_flat[sub_group_id].grad
+    device = self.fp32_partitioned_groups_flat[sub_group_id].device  # its gradient's (none under direct-grads)
     # a fill on the device: torch.tensor(x, device=...) copies from pageable memory and waits for the GPU
-    combined = torch.full((), float(self.loss_scale), dtype=torch.float32, device=grad.device)
+    combined = torch.full((), float(self.loss_scale), dtype=torch.float32, device=device)
     if self.clip_grad > 0.:  # DeepSpeed's arithmetic: the norm is of the scaled gradients
-        combined = clip_divisor(total_norm.to(grad.device, torch.float32) / self.loss_scale, self.clip_grad) * self.loss_scale
+        combined = clip_divisor(total_norm.to(device, torch.float32) / self.loss_scale, self.clip_grad) * self.loss_scale
     self.optimizer.grad_scale = combined.reshape(())
     if trace.enabled():
         trace.note("zero3-clip-in-adamw")

@@ -49,11 +49,12 @@ def test_recipe_strategies_table(in_process):
     assert zero3[5].startswith("    --experiments no-nvtx: ") and "by default" not in zero3[5]
     assert zero3[6].startswith("    --experiments late-wait: ")
     assert zero3[7].startswith("    --experiments sub-groups: ")
-    assert zero3[8].startswith("  zero3_offload ")
+    assert zero3[8].startswith("    --experiments direct-grads: ")
+    assert zero3[9].startswith("  zero3_offload ")
     rc, out, _ = in_process("strategies", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows["zero3"]["capabilities"]["experiments"]) == {"lean-config", "fused-step", "no-fetch-sync", "param-lists",
-                                                                 "no-nvtx", "late-wait", "sub-groups"}
+                                                                 "no-nvtx", "late-wait", "sub-groups", "direct-grads"}
     assert rows["zero3"]["capabilities"]["switchable"] == ["no-fetch-sync", "param-lists", "no-nvtx",
                                                                 "late-wait"]
     assert rows["fsdp"]["capabilities"]["switchable"] == ["direct-cast", "clip-in-adamw"]

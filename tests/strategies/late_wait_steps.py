@@ -1,8 +1,9 @@
 """`python -m tests.strategies.late_wait_steps PORT`: DeepSpeed 0.19.8's ZeRO-3 optimizer in one real process (gloo
 on CPU, NCCL's device on a GPU machine), stepped three times, the second step's gradients NaN, once with fused-step
-alone, once with late-wait too and once more in two sub-groups (zero3's sub-groups lever); prints what each step left (loss, parameters, Adam's state, the engine's skip count,
-the norm) as one JSON line, and how many end-of-backward waits late-wait made on the device (GPU only: CPU processes
-have no streams). test_zero3_late_wait.py runs it on CPU; the GPU machine's call runs it under CUDA."""
+alone, once with late-wait too and once more in two sub-groups (zero3's sub-groups lever); then each of those three
+again with zero3's direct-grads on top ("direct"); prints what each step left (loss, parameters, Adam's state, the
+engine's skip count, the norm) as one JSON line, and how many end-of-backward waits late-wait made on the device (GPU
+only: CPU processes have no streams) and how many steps and one-rank scatters direct-grads made. test_zero3_late_wait.py runs it on CPU; the GPU machine's call runs it under CUDA."""
 from __future__ import annotations
 
 import json
@@ -11,11 +12,11 @@ import sys
 import tempfile
 
 
-def steps(late_wait: bool, device: str, sub_group_size: int = int(1e12)) -> list[dict]:
+def steps(late_wait: bool, device: str, sub_group_size: int = int(1e12), direct: bool = False) -> list[dict]:
     import deepspeed
     import torch
 
-    from shardlab.strategies import deepspeed_late_wait, deepspeed_zero3_step
+    from shardlab.strategies import deepspeed_direct_grads, deepspeed_late_wait, deepspeed_zero3_step
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
@@ -26,6 +27,8 @@ def steps(late_wait: bool, device: str, sub_group_size: int = int(1e12)) -> list
     deepspeed_zero3_step.install(zero)
     if late_wait:
         deepspeed_late_wait.install(zero)
+    if direct:
+        deepspeed_direct_grads.install(zero)
     x = torch.randn(4, 16, device=device)
     seen = []
     for batch in (x, torch.full_like(x, float("nan")), x):
@@ -58,7 +61,13 @@ def main() -> None:
     open(trace, "w").close()
     split = steps(True, device, sub_group_size=200)  # the 16 x 16 weight, then its bias with the second layer
     in_groups = open(trace).read().split()
-    print(json.dumps({"device": device, "stock": stock, "late_wait": late,
+    open(trace, "w").close()
+    direct = {"late_wait": steps(True, device, direct=True), "sub_groups": steps(True, device, 200, direct=True),
+              "fused_step": steps(False, device, direct=True)}
+    direct_events = open(trace).read().split()
+    print(json.dumps({"device": device, "stock": stock, "late_wait": late, "direct": direct,
+                      "direct_steps": direct_events.count("zero3-direct-grads"),
+                      "one_rank_scatters": direct_events.count("zero3-one-rank-scatter"),
                       "late_wait_steps": events.count("zero3-late-wait"),
                       "epilogue_device_waits": events.count("zero3-epilogue-device-wait"),
                       "sub_groups": split, "sub_group_spans": in_groups.count("zero3-grad-span")}))

@@ -123,3 +123,25 @@ def test_the_triton_step_is_torchs_fused_adamw(clip):
     for kind_ours, kind_ref in zip(ours, ref):
         for a, b in zip(kind_ours, kind_ref):
             assert (a - b).abs().max() <= 4e-7 * b.abs().max(), (a - b).abs().max()
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util.find_spec("triton")),
+                    reason="the Triton kernel runs on CUDA")
+def test_the_triton_step_leaves_everything_where_found_inf_is_set():
+    """zero3's direct-grads under late-wait hands the clip norm's inf/NaN check to the kernel: set, nothing moves (the
+    step counts are still counted up: the caller takes them back)."""
+    from shardlab.strategies import adamw_kernel
+
+    torch.manual_seed(0)
+    weights = [torch.randn(n, device="cuda") for n in (3 * adamw_kernel.BLOCK + 5, 100)]
+    moments = [torch.ones_like(w) for w in weights], [torch.ones_like(w) for w in weights]
+    before = [t.clone() for t in (*weights, *moments[0], *moments[1])]
+    steps = [torch.tensor(4.0) for _ in weights]
+    grads = [torch.randn_like(w).bfloat16() for w in weights]
+    adamw_kernel.step(weights, grads, *moments, steps, lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1,
+                      grad_scale=None, tables={}, found_inf=torch.ones((), device="cuda"))
+    assert all(torch.equal(a, b) for a, b in zip((*weights, *moments[0], *moments[1]), before))
+    assert [float(s) for s in steps] == [5.0, 5.0]
+    adamw_kernel.step(weights, grads, *moments, steps, lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1,
+                      grad_scale=None, tables={}, found_inf=torch.zeros((), device="cuda"))
+    assert not torch.equal(weights[0], before[0]) and not torch.equal(weights[1], before[1])

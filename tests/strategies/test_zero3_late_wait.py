@@ -6,7 +6,7 @@ shape, the same losses as zero3's defaults to the bit, acting on exactly its on-
 optimizer in one real process (late_wait_steps.py) with a step whose gradients are NaN, which DeepSpeed skips: with
 the lever every step leaves what DeepSpeed's own step leaves (parameters, Adam's moments and step count, the skip
 count, the norm) to the bit, and so in two sub-groups (zero3's sub-groups lever); in-process, that it is switchable and a default, and refused without
-fused-step and under another DeepSpeed. The end-of-backward wait on the device has no CPU path (no streams); the GPU
+fused-step and under another DeepSpeed; and the same with zero3's direct-grads on top. The end-of-backward wait on the device has no CPU path (no streams); the GPU
 machine ran late_wait_steps.py under CUDA (benchmarks/results/2026-12-05i-late-wait.md: the same values, the wait made
 on the device each step).
 """
@@ -49,6 +49,18 @@ def test_in_sub_groups_the_steps_leave_the_same_values(seen):
     assert seen["sub_group_spans"] == 2 * 3  # fused-step's cast from the span, per sub-group and step
     strip = [{k: v for k, v in s.items() if k != "sub_groups"} for s in split]
     assert json.dumps(strip) == json.dumps([{k: v for k, v in s.items() if k != "sub_groups"} for s in one])
+
+
+def test_under_direct_grads_the_steps_leave_the_same_values(seen):
+    """zero3's direct-grads on top (its AdamW reading the 16-bit gradient partitions, each bucket's reduce-scatter
+    skipped on one rank): after fused-step alone, after late-wait (the NaN step's kernels queued, nothing stepped, the
+    step count taken back) and in two sub-groups, every value as without it, to the bit on CPU."""
+    direct = seen["direct"]
+    assert json.dumps(direct["fused_step"]) == json.dumps(seen["stock"])
+    assert json.dumps(direct["late_wait"]) == json.dumps(seen["late_wait"])
+    assert json.dumps(direct["sub_groups"]) == json.dumps(seen["sub_groups"])
+    assert seen["direct_steps"] == 3 + 3 * 2 + 2  # late-wait queues the NaN step's kernels; fused-step alone does not
+    assert seen["one_rank_scatters"] == 3 * 3
 
 
 def test_offered_switchable_needs_fused_step_and_refused_under_another_deepspeed(monkeypatch):
