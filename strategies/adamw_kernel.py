@@ -3,7 +3,8 @@
 torch's fused AdamW wants the gradient in the weight's dtype, so a 16-bit gradient first becomes an fp32 copy (a read of
 2 bytes and a write of 4 a parameter), which the kernel then reads (4 more), and under `grad_scale` writes back (4
 more). Here one kernel reads the 16-bit gradient once (2 bytes) and writes nothing back: 26 bytes a parameter move
-where torch's path moves 40 (fsdp's direct-grads lever, strategies/fsdp_direct_grads.py).
+where torch's path moves 40 (the direct-grads levers of fsdp, strategies/fsdp_direct_grads.py, and of zero3,
+strategies/deepspeed_direct_grads.py).
 
 - On a GPU: one Triton launch for all the tensors whose gradients share a dtype, the arithmetic of torch's fused AdamW
   (ADAMW mode) in fp32: decay, both moments, then the bias-corrected step, the bias corrections taken on the host in
