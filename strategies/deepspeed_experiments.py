@@ -146,10 +146,20 @@ def check_together(names: tuple[str, ...]) -> None:
 
 
 def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:
-    """What a run should say of its levers before it starts: gpu-cast measured slower than DeepSpeed's own copy."""
-    if "gpu-cast" not in names or accelerator != "gpu":
+    """What a run should say of its levers before it starts: gpu-cast measured slower than DeepSpeed's own copy;
+    zero3's direct-grads not yet run on a GPU."""
+    if accelerator != "gpu":
         return []
-    return [f"--experiments gpu-cast: measured slower than DeepSpeed's own copy on one H200 (llama-1b: 12,019 against "
-            f"12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2) and on one H100 at "
-            f"--offload-ratio 0.1 (62,329-62,743 against 63,298-63,548 at 16 x 4); check it on this machine before a "
-            f"long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]
+    said = []
+    if "direct-grads" in names:
+        others = ",".join(n for n in names if n != "direct-grads")
+        said.append(f"--experiments direct-grads: zero3's has not yet run on a GPU (on CPU it trains to the bit what "
+                    f"zero3 trains without it); check it on this machine before a long run: `recipe compare --strategies "
+                    f"{preset},{preset}:experiment=direct-grads --experiments {others}`")
+    if "gpu-cast" not in names:
+        return said
+    return said + [
+        f"--experiments gpu-cast: measured slower than DeepSpeed's own copy on one H200 (llama-1b: 12,019 against "
+        f"12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2) and on one H100 at "
+        f"--offload-ratio 0.1 (62,329-62,743 against 63,298-63,548 at 16 x 4); check it on this machine before a "
+        f"long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]

@@ -67,6 +67,22 @@ def test_direct_grads_needs_fused_step_and_deepspeed_0_19_8(monkeypatch):
         zero3.check(ctx("direct-grads"))
 
 
+def test_a_gpu_run_says_the_lever_has_not_run_on_a_gpu():
+    """Resolved for one 80 GiB GPU (in-process, nothing runs): until a GPU has run it, a run with it says so, with the
+    compare that checks it against zero3's defaults."""
+    from shardlab.core.config import RunConfig
+    from shardlab.recipes.resolve import resolve_run
+
+    run = resolve_run(RunConfig(strategy="zero3", experiments=[*OTHERS.split(","), "direct-grads"], model="llama-1b",
+                                accelerator="gpu", gpus=1, gpu_memory_gib=80), for_run=False)
+    assert run.warnings == [
+        "--experiments direct-grads: zero3's has not yet run on a GPU (on CPU it trains to the bit what zero3 trains "
+        "without it); check it on this machine before a long run: `recipe compare --strategies "
+        f"zero3,zero3:experiment=direct-grads --experiments {OTHERS}`"]
+    assert resolve_run(RunConfig(strategy="zero3", model="llama-1b", accelerator="gpu", gpus=1, gpu_memory_gib=80),
+                       for_run=False).warnings == []
+
+
 def test_the_step_holds_no_fp32_gradient():
     """The memory model: without the lever the step adds a sub-group's fp32 gradient (4 bytes a parameter of the
     largest), with it nothing."""
