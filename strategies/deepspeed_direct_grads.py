@@ -1,8 +1,8 @@
 """zero3's `direct-grads` lever (`--experiments direct-grads`): the 16-bit gradients reach the AdamW without DeepSpeed's
 passes that change nothing on one rank, and the AdamW reads them as they are.
 
-fsdp's direct-grads (fsdp_direct_grads.py) made fsdp 4-8% faster, and zero3 fell back to ~0.95x it. DeepSpeed 0.19.8's
-ZeRO-3 (deepspeed/runtime/zero/stage3.py), with zero3's other levers, moves each 16-bit gradient:
+fsdp's direct-grads (fsdp_direct_grads.py) made fsdp 4-8% faster; zero3, last measured at 0.984-1.000x fsdp before it,
+is likely below 0.97x it now (not measured). DeepSpeed 0.19.8's ZeRO-3 (deepspeed/runtime/zero/stage3.py), with zero3's other levers, moves each 16-bit gradient:
 1. in each bucket's reduce (`__avg_scatter_grads` -> `reduce_scatter_coalesced`): concatenated into one buffer (4 bytes
    a parameter), divided by the world size in place (4) and reduce-scattered (on one rank, NCCL's copy of a buffer onto
    itself), then copied into the rank's gradient partition (4);
@@ -22,7 +22,8 @@ It works through fused-step (its clip is the AdamW's divisor) and with late-wait
 to the kernel on the device; where it failed, DeepSpeed's skip runs and the step counts are taken back). Anything else
 (optimizer offload, fp16 loss scaling, Muon, ZenFlow, a sub-group whose gradients are not one span, a reduce over more
 than one rank) runs DeepSpeed's own code for that part. It replaces private methods of DeepSpeed 0.19.8, so it is
-refused under any other (deepspeed_experiments.py PRIVATE).
+refused under any other (deepspeed_experiments.py PRIVATE). Offered, not a default: it has not run on a GPU yet, and a
+GPU run with it says so (results/2026-12-07-closing.md: no GPU could be had; its call scripts are there).
 """
 from __future__ import annotations
 

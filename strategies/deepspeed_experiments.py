@@ -88,8 +88,8 @@ INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("dee
              "gpu-grads": ("deepspeed_offload_grads", "optimizer"),
              "direct-grads": ("deepspeed_direct_grads", "optimizer")}
 
-PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, gpu-grads, no-fetch-sync, param-lists and late-wait replace
-# private code of this version's ZeRO-3, no-nvtx sets a flag of its nvtx module
+PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, gpu-grads, no-fetch-sync, param-lists, late-wait and direct-grads
+# replace private code of this version's ZeRO-3, no-nvtx sets a flag of its nvtx module
 
 
 def configure(names: tuple[str, ...], zero: dict[str, Any], top: dict[str, Any]) -> None:
