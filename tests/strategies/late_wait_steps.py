@@ -3,7 +3,8 @@ on CPU, NCCL's device on a GPU machine), stepped three times, the second step's 
 alone, once with late-wait too and once more in two sub-groups (zero3's sub-groups lever); then each of those three
 again with zero3's direct-grads on top ("direct"); prints what each step left (loss, parameters, Adam's state, the
 engine's skip count, the norm) as one JSON line, and how many end-of-backward waits late-wait made on the device (GPU
-only: CPU processes have no streams) and how many steps and one-rank scatters direct-grads made. test_zero3_late_wait.py runs it on CPU; the GPU machine's call runs it under CUDA."""
+only: CPU processes have no streams) and how many steps and one-rank scatters direct-grads made.
+test_zero3_late_wait.py runs it on CPU; the GPU machine's call runs it under CUDA."""
 from __future__ import annotations
 
 import json
