@@ -2,7 +2,8 @@
 passes that change nothing on one rank, and the AdamW reads them as they are.
 
 fsdp's direct-grads (fsdp_direct_grads.py) made fsdp 4-8% faster; zero3, last measured at 0.984-1.000x fsdp before it,
-is likely below 0.97x it now (not measured). DeepSpeed 0.19.8's ZeRO-3 (deepspeed/runtime/zero/stage3.py), with zero3's other levers, moves each 16-bit gradient:
+is likely below 0.97x it now (not measured). DeepSpeed 0.19.8's ZeRO-3 (deepspeed/runtime/zero/stage3.py), with
+zero3's other levers, moves each 16-bit gradient:
 1. in each bucket's reduce (`__avg_scatter_grads` -> `reduce_scatter_coalesced`): concatenated into one buffer (4 bytes
    a parameter), divided by the world size in place (4) and reduce-scattered (on one rank, NCCL's copy of a buffer onto
    itself), then copied into the rank's gradient partition (4);
