@@ -63,7 +63,9 @@ def test_under_direct_grads_the_steps_leave_the_same_values(seen):
     assert seen["one_rank_scatters"] == 3 * 3
 
 
-def test_offered_switchable_needs_fused_step_and_refused_under_another_deepspeed(monkeypatch):
+@pytest.mark.parametrize("lever", ["late-wait", "direct-grads"])
+def test_offered_needs_fused_step_and_refused_under_another_deepspeed(monkeypatch, lever):
+    """late-wait (switchable, a default) and direct-grads (offered) both work through fused-step."""
     import importlib.metadata
 
     from shardlab.core import registry
@@ -71,16 +73,18 @@ def test_offered_switchable_needs_fused_step_and_refused_under_another_deepspeed
     from shardlab.core.strategy import RunContext
 
     zero3 = registry.get("zero3").build()
-    assert "late-wait" in zero3.capabilities.switchable and "late-wait" in zero3.default_experiments("bf16-mixed")
+    assert lever in zero3.capabilities.experiments
+    assert (lever in zero3.capabilities.switchable) == (lever in zero3.default_experiments("bf16-mixed")) == (
+        lever == "late-wait")
 
     def ctx(*levers):
         return RunContext(accelerator="gpu", devices=1, num_nodes=1, precision="bf16-mixed", grad_accum=1,
                           grad_clip=1.0, micro_batch_size=8, experiments=levers)
 
-    zero3.check(ctx("fused-step", "late-wait"))
-    with pytest.raises(UserError, match=r"^--experiments lean-config,late-wait: late-wait works through fused-step .*"
-                                        r"--experiments lean-config,late-wait,fused-step$"):
-        zero3.check(ctx("lean-config", "late-wait"))
+    zero3.check(ctx("fused-step", lever))
+    with pytest.raises(UserError, match=rf"^--experiments lean-config,{lever}: {lever} works through fused-step .*"
+                                        rf"--experiments lean-config,{lever},fused-step$"):
+        zero3.check(ctx("lean-config", lever))
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
     with pytest.raises(UserError, match=r"--experiments fused-step: written against DeepSpeed 0\.19\.8"):
-        zero3.check(ctx("fused-step", "late-wait"))
+        zero3.check(ctx("fused-step", lever))
