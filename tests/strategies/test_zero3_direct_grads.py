@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-
 from tests.conftest import LLAMA3
 
 ONE_RANK = (*LLAMA3, "--devices", "1", "--precision", "bf16-mixed", "--grad-clip", "0.05")
