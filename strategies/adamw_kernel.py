@@ -30,6 +30,25 @@ BLOCK = 2048  # elements a program: 8 KiB of each fp32 tensor
 _GRAD_DTYPES = ("float32", "bfloat16", "float16")  # the kernel's G: which dtype it reads gradients as
 
 
+def state_of(optimizer, param) -> dict:
+    """torch AdamW `optimizer`'s state of `param` as `step` takes it: made (zeros, step 0) where it has not stepped yet,
+    and its step count on the CPU (a fused AdamW's checkpoint holds it on the device: moved once)."""
+    from shardlab.strategies._common import ensure_adam_state
+
+    state = optimizer.state[param]
+    if "step" not in state:
+        ensure_adam_state(optimizer, 0, [param])
+    if state["step"].device.type != "cpu":
+        state["step"] = state["step"].cpu()
+    return state
+
+
+def options(group: dict) -> dict:
+    """`step`'s hyperparameters from a torch AdamW param group."""
+    beta1, beta2 = group["betas"]
+    return dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"])
+
+
 def step(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, steps: list, *, lr: float, beta1: float,
          beta2: float, eps: float, weight_decay: float, grad_scale: Optional[torch.Tensor], tables: dict,
          found_inf: Optional[torch.Tensor] = None) -> None:

@@ -34,8 +34,7 @@ import torch
 
 from shardlab.core import trace
 from shardlab.strategies import adamw_kernel
-from shardlab.strategies._common import ensure_adam_state
-from shardlab.strategies.deepspeed_zero3_step import _span
+from shardlab.strategies.deepspeed_zero3_step import flat_span
 
 _MANGLED = "_DeepSpeedZeroOptimizer_Stage3__avg_scatter_grads"
 
@@ -81,7 +80,7 @@ def _keep_16bit_grads(self, sub_group_id) -> None:
     own = self._shardlab_direct
     grads = self.averaged_gradients[sub_group_id]
     fp32 = self.fp32_partitioned_groups_flat[sub_group_id]
-    span = _span(grads) if grads and _runs_here(self, sub_group_id) else None
+    span = flat_span(grads) if grads and _runs_here(self, sub_group_id) else None
     if span is None or span.numel() != fp32.numel() or adamw_kernel.requirements([fp32], [span]):
         return own["prepare"](sub_group_id)
     from deepspeed.accelerator import get_accelerator
@@ -102,19 +101,12 @@ def _direct_step(self, sub_group_id) -> None:
     if span is None:
         return own["optimizer_step"](sub_group_id)
     optimizer = self.optimizer
-    group_id = self.sub_group_to_group_id[sub_group_id]
-    group = optimizer.param_groups[group_id]
+    group = optimizer.param_groups[self.sub_group_to_group_id[sub_group_id]]
     fp32 = self.fp32_partitioned_groups_flat[sub_group_id]
-    state = optimizer.state[fp32]
-    if "step" not in state:  # torch's AdamW's first step: zeros
-        ensure_adam_state(optimizer, 0, [fp32])
-    if state["step"].device.type != "cpu":  # the fused AdamW's (a checkpoint it wrote): read once, kept on the CPU
-        state["step"] = state["step"].cpu()
-    beta1, beta2 = group["betas"]
+    state = adamw_kernel.state_of(optimizer, fp32)
     try:
-        adamw_kernel.step([fp32], [span], [state["exp_avg"]], [state["exp_avg_sq"]], [state["step"]], lr=group["lr"],
-                          beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-                          grad_scale=getattr(optimizer, "grad_scale", None),
+        adamw_kernel.step([fp32], [span], [state["exp_avg"]], [state["exp_avg_sq"]], [state["step"]],
+                          **adamw_kernel.options(group), grad_scale=getattr(optimizer, "grad_scale", None),
                           found_inf=getattr(optimizer, "found_inf", None), tables=own["tables"])
     finally:
         optimizer.grad_scale = None  # as fused-step's step: no later step reads a stale factor

@@ -57,7 +57,7 @@ def _grad_norm_fp32(self, gradients, params, norm_type=2):
     return torch.where(total.isfinite(), total, torch.full_like(total, -1.0))
 
 
-def _span(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
+def flat_span(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
     """One 1-D view over `tensors` if they are adjacent contiguous slices of one storage, in order; else None."""
     first = tensors[0]
     end = first.data_ptr()
@@ -73,7 +73,7 @@ def _fp32_grad_from_span(self, sub_group_id):
     """The sub-group's fp32 gradient as one cast of the flat buffer its partitions live in (no concatenation)."""
     grads = self.averaged_gradients[sub_group_id]
     fp32 = self.fp32_partitioned_groups_flat[sub_group_id]
-    span = _span(grads) if grads else None
+    span = flat_span(grads) if grads else None
     if span is None or span.numel() != fp32.numel():
         return type(self)._prepare_fp32_grad_for_sub_group(self, sub_group_id)
     from deepspeed.accelerator import get_accelerator

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Optional
 
 from shardlab.core import switches, trace
 from shardlab.strategies import adamw_kernel
-from shardlab.strategies._common import clip_divisor, ensure_adam_state
+from shardlab.strategies._common import clip_divisor
 
 if TYPE_CHECKING:
     import torch
@@ -164,11 +164,7 @@ def _optimizer_class() -> type:
                     grad = taken.pop(p, None)
                     if grad is None and p.grad is None:
                         continue
-                    state = self.state[p]
-                    if "step" not in state:  # as torch's AdamW's first step: zeros, a CPU step count (not fused)
-                        ensure_adam_state(self, 0, [p])
-                    elif state["step"].device.type != "cpu":  # a state loaded onto the device: one read, once
-                        state["step"] = state["step"].cpu()
+                    state = adamw_kernel.state_of(self, p)
                     for name, t in (("params", p), ("grads", grad if grad is not None else p.grad),
                                     ("exp_avgs", state["exp_avg"]), ("exp_avg_sqs", state["exp_avg_sq"])):
                         chosen[name].append(_local(t))
@@ -177,9 +173,8 @@ def _optimizer_class() -> type:
                 if why:
                     raise RuntimeError(f"direct-grads: its AdamW cannot step {why}; run with --experiments "
                                        f"direct-cast,clip-in-adamw")
-                beta1, beta2 = group["betas"]
-                adamw_kernel.step(**chosen, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                                  weight_decay=group["weight_decay"], grad_scale=self.grad_scale, tables=self._tables)
+                adamw_kernel.step(**chosen, **adamw_kernel.options(group), grad_scale=self.grad_scale,
+                                  tables=self._tables)
             if taken:
                 raise RuntimeError(f"direct-grads: {len(taken)} gradients taken for weights this AdamW does not step")
             return loss
