@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,22 @@ def cpu_adam_built_beside_the_first_tests():
     build = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     yield
     build.wait(timeout=600)
+
+
+@pytest.fixture(scope="module")
+def module_folder(tmp_path_factory):
+    """module_folder(name) -> a new folder for what one test file's tests share, removed once they are done. Kept to
+    the end of the session, such folders (checkpoints of a 128k-vocabulary model, ~100 MB a copy) came to 10 of the
+    session's 18 GB, more than a CI machine may have free (one ran out at 85% of the tests)."""
+    made: list[Path] = []
+
+    def make(name: str) -> Path:
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield make
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -59,8 +76,13 @@ def train(recipe, tmp_path_factory):
 
     train.many([(strategy, flags, env), ...]) -> their summaries, in that order: the runs not made yet start two at a
     time, each with env (or None) added to this process's variables. For one-rank runs (--devices 1), which leave one
-    of CI's two cores idle: two at once take about the time of one."""
+    of CI's two cores idle: two at once take about the time of one.
+
+    A run's checkpoints/ folder is removed when the test file that made it is done (runs_trimmed below; ~200 MB a
+    run of the Llama-3 shape, 7 GB over a session): a test that reads a run's checkpoints takes the folder from
+    train.checkpoints(strategy, *flags, env=...), which makes the run again where its checkpoints went."""
     done: dict[tuple, dict] = {}
+    trimmed: set[tuple] = set()
 
     def made(args: tuple, out: Path, env: dict[str, str] | None) -> dict:
         proc = recipe("run", "--strategy", args[0], "--accelerator", "cpu", "--devices", "2", "--output", out, *args[1:],
@@ -86,8 +108,26 @@ def train(recipe, tmp_path_factory):
     def run(strategy: str, *flags: str, env: dict[str, str] | None = None) -> dict:
         return many([(strategy, flags, env)])[0]
 
-    run.many = many
+    def checkpoints(strategy: str, *flags: str, env: dict[str, str] | None = None) -> Path:
+        if key(strategy, flags, env) in trimmed:
+            del done[key(strategy, flags, env)]
+            trimmed.discard(key(strategy, flags, env))
+        return Path(run(strategy, *flags, env=env)["output"]) / "checkpoints"
+
+    def trim() -> None:
+        for k in done.keys() - trimmed:
+            shutil.rmtree(Path(done[k]["output"]) / "checkpoints", ignore_errors=True)
+            trimmed.add(k)
+
+    run.many, run.checkpoints, run.trim = many, checkpoints, trim
     return run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runs_trimmed(train):
+    """After each test file, the checkpoints of the runs train() made so far are removed (see train)."""
+    yield
+    train.trim()
 
 
 @pytest.fixture(scope="session")

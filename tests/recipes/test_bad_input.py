@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -157,7 +156,7 @@ def test_unknown_subcommand(recipe):
 
 
 @pytest.fixture(scope="module")
-def checkpoints(train, tmp_path_factory):
+def checkpoints(train, module_folder):
     """A real checkpoint: the Llama-3 shape's under ddp at step 2 (LLAMA3, the run test_parity.py shares), copies of
     it broken; a local Llama folder of another shape."""
     import shutil
@@ -166,12 +165,12 @@ def checkpoints(train, tmp_path_factory):
 
     from shardlab.recipes.model import byte_tokenizer
 
-    root = tmp_path_factory.mktemp("ckpts")
+    root = module_folder("ckpts")
     other = root / "other-shape"
     LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                  num_key_value_heads=2, vocab_size=320, max_position_embeddings=256)).save_pretrained(other)
     byte_tokenizer().save_pretrained(other)
-    ckpt = Path(train("ddp", *LLAMA3)["output"]) / "checkpoints" / "step-000002"
+    ckpt = train.checkpoints("ddp", *LLAMA3) / "step-000002"
     corrupt, stateless = root / "corrupt" / "step-000002", root / "stateless" / "step-000002"
     shutil.copytree(ckpt, corrupt)
     (corrupt / "meta.json").write_text("{not json")

@@ -24,8 +24,8 @@ CONVERTED = 10
 
 
 @pytest.fixture(scope="module")
-def float8_compare(recipe, tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("float8-compare")
+def float8_compare(recipe, module_folder) -> dict:
+    out = module_folder("float8-compare")
     proc = recipe("compare", "--strategies", "fsdp," + ",".join(f"{n}:float8" for n in CLEARED), "--accelerator", "cpu",
                   "--devices", "2", *FLAGS, "--output", out, timeout=1200)  # 7 runs of ~90 s on CI's 2 cores
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

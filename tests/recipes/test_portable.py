@@ -62,8 +62,8 @@ def _prepared(out: Path, strategy: str, world: int, micro: int, accum: int, resu
 
 
 @pytest.fixture(scope="module")
-def matrix(cache_dir, tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("portable")
+def matrix(cache_dir, module_folder) -> dict:
+    root = module_folder("portable")
     env = {**os.environ, "SHARDLAB_CACHE": str(cache_dir), "PYTHONUNBUFFERED": "1"}
     old = os.environ.get("SHARDLAB_CACHE")
     os.environ["SHARDLAB_CACHE"] = str(cache_dir)

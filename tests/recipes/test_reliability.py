@@ -110,7 +110,7 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(strategy, train, cach
 def test_ddp_resumes_with_the_uninterrupted_losses(train, recipe, tmp_path):
     full = train("ddp", *LLAMA3)
     resumed = recipe("run", "--strategy", "ddp", "--output", tmp_path / "r", *CPU, *LLAMA3,
-                     "--resume", Path(full["output"]) / "checkpoints" / "step-000002")
+                     "--resume", train.checkpoints("ddp", *LLAMA3) / "step-000002")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     losses = summary["losses"]
@@ -125,12 +125,10 @@ def test_checkpoints_keep_the_last_k_and_zero2_resumes_under_accumulation_across
     # resumed at step 9, the run goes on into the third epoch
     flags = (*CPU, "--micro-batch-size", "4", "--grad-accum", "2", "--data", str(short_corpus), "--no-export",
              "--metrics", "none", "--max-steps", "12", "--checkpoint-every", "3", "--keep-checkpoints", "2")
-    s = train("zero2", *flags)
-    names = [p.name for p in step_dirs(Path(s["output"]) / "checkpoints")]
-    assert names == ["step-000009", "step-000012"]
-    assert not [p for p in (Path(s["output"]) / "checkpoints").iterdir() if p.name.startswith(".")]
-    resumed = recipe("run", "--strategy", "zero2", "--output", tmp_path / "r", *flags,
-                     "--resume", Path(s["output"]) / "checkpoints" / "step-000009")
+    s, kept = train("zero2", *flags), train.checkpoints("zero2", *flags)
+    assert [p.name for p in step_dirs(kept)] == ["step-000009", "step-000012"]
+    assert not [p for p in kept.iterdir() if p.name.startswith(".")]
+    resumed = recipe("run", "--strategy", "zero2", "--output", tmp_path / "r", *flags, "--resume", kept / "step-000009")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     losses = json.loads((tmp_path / "r" / "summary.json").read_text())["losses"]
     assert len(losses) == 12 and losses[:9] == s["losses"][:9]  # steps before the checkpoint come from it

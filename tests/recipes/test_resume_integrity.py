@@ -9,8 +9,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,9 +23,9 @@ FLAGS = ("--strategy", "fsdp", "--accelerator", "cpu", "--devices", "2", "--no-e
 
 
 @pytest.fixture(scope="module")
-def finished(recipe, tmp_path_factory) -> Path:
+def finished(recipe, module_folder) -> Path:
     """OUTPUT of a finished 6-step run: checkpoints at steps 2, 4 and 6, metrics.csv and a TensorBoard folder."""
-    out = tmp_path_factory.mktemp("resume-integrity") / "run"
+    out = module_folder("resume-integrity") / "run"
     proc = recipe("run", *FLAGS, "--max-steps", "6", "--output", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

@@ -64,11 +64,11 @@ def _rank(rank: int, world: int, folder: str, port: int, out: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def mid_folder(tmp_path_factory) -> Path:
+def mid_folder(module_folder) -> Path:
     """A tied Llama of 38.5M parameters (154 MB in fp32): big enough for RSS to tell the loaders apart."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    folder = tmp_path_factory.mktemp("mid-llama")
+    folder = module_folder("mid-llama")
     config = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
                          num_key_value_heads=2, vocab_size=32000, tie_word_embeddings=True)
     torch.manual_seed(0)

@@ -39,7 +39,8 @@ def test_direct_grads_trains_what_zero3_trains(train, tmp_path):
     assert events["zero3-one-rank-scatter"] >= steps and events["zero3-clip-in-adamw"] == steps, events
     # resumed with the lever from the checkpoint of step 2 of the run without it (the fused AdamW's state, its step
     # count a tensor on the device there)
-    resumed = train("zero3", *ONE_RANK, *WITH, "--resume", f"{stock['output']}/checkpoints/step-000002")
+    stock_checkpoints = train.checkpoints("zero3", *ONE_RANK, *WITHOUT)
+    resumed = train("zero3", *ONE_RANK, *WITH, "--resume", str(stock_checkpoints / "step-000002"))
     assert resumed["losses"][-1] == stock["losses"][-1]
 
 

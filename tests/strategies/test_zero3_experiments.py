@@ -10,7 +10,6 @@ lean-config and fused-step's refusals are checked in-process.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -22,8 +21,8 @@ NAMES = ("zero3:experiment=none", "zero3", "zero3:experiment=lean-config")
 
 
 @pytest.fixture(scope="module")
-def compared(recipe, tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("zero3-experiments")
+def compared(recipe, module_folder) -> dict:
+    out = module_folder("zero3-experiments")
     trace = out / "trace.txt"
     proc = recipe("compare", "--strategies", ",".join(NAMES), "--accelerator", "cpu", "--devices", "2", *FLAGS,
                   "--output", out, env={"SHARDLAB_TRACE": str(trace)})
@@ -140,7 +139,9 @@ def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_acro
     assert spans == 2 * 3 * 8, spans  # ranks x steps x sub-groups
     assert rel_diff(split["losses"], one["losses"]) < 1e-6
     assert rel_diff([v["loss"] for v in split["val_losses"]], [v["loss"] for v in one["val_losses"]]) < 1e-6
-    resumed = train("zero3", *LLAMA3, "--resume", str(Path(split["output"]) / "checkpoints" / "step-000002"))
+    split_checkpoints = train.checkpoints("zero3", *LLAMA3, "--deepspeed-config", str(config),
+                                          env={"SHARDLAB_TRACE": str(trace)})
+    resumed = train("zero3", *LLAMA3, "--resume", str(split_checkpoints / "step-000002"))
     assert resumed["resumed_through"] == "portable copy"
     assert rel_diff(resumed["losses"][-1:], one["losses"][-1:]) < 1e-6
     assert rel_diff([resumed["val_losses"][-1]["loss"]], [one["val_losses"][-1]["loss"]]) < 1e-6
