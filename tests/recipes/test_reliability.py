@@ -108,9 +108,10 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(strategy, train, cach
 
 
 def test_ddp_resumes_with_the_uninterrupted_losses(train, recipe, tmp_path):
+    kept = train.checkpoints("ddp", *LLAMA3)  # first: where the run is made again, its losses are these
     full = train("ddp", *LLAMA3)
     resumed = recipe("run", "--strategy", "ddp", "--output", tmp_path / "r", *CPU, *LLAMA3,
-                     "--resume", train.checkpoints("ddp", *LLAMA3) / "step-000002")
+                     "--resume", kept / "step-000002")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     losses = summary["losses"]

@@ -40,7 +40,8 @@ def test_direct_grads_trains_what_the_default_path_trains(train, tmp_path):
     assert events["fsdp-direct-grads"] == groups * len(stock["losses"]), events
     assert events["fsdp-clip-in-adamw"] == len(stock["losses"]), events
     # resumed with the lever from the checkpoint of step 2 of the run without it: its AdamW state (torch's) reads as is
-    resumed = train("fsdp", *ONE_RANK, "--resume", str(train.checkpoints("fsdp", *ONE_RANK, *WITHOUT) / "step-000002"))
+    stock_checkpoints = train.checkpoints("fsdp", *ONE_RANK, *WITHOUT)
+    resumed = train("fsdp", *ONE_RANK, "--resume", str(stock_checkpoints / "step-000002"))
     assert resumed["losses"][-1] == stock["losses"][-1]
 
 
