@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,8 @@ SEQ_LEN = 32
 # runs that also write the end-of-run hf/ export, for `recipe export` of their step-8 checkpoint to match:
 # FSDP on 2 ranks and ZeRO-3 on 4
 EXPORTED = ("src-fsdp", "fsdp-to-zero3")
+# the source whose step-4 checkpoint the refusals resume from
+REFUSED_FROM = "ddp"
 
 
 def _prepared(out: Path, strategy: str, world: int, micro: int, accum: int, resume: Path | None) -> Path:
@@ -68,7 +71,7 @@ def matrix(cache_dir, module_folder) -> dict:
     old = os.environ.get("SHARDLAB_CACHE")
     os.environ["SHARDLAB_CACHE"] = str(cache_dir)
     try:
-        for world, sources, targets in LAUNCHES:
+        for i, (world, sources, targets) in enumerate(LAUNCHES):
             files = [_prepared(root / f"src-{s}", *SOURCES[s], None) for s in sources]
             files += [_prepared(root / f"{a}-to-{b}", *TARGETS[(a, b)], root / f"src-{a}" / "checkpoints" / "step-000004")
                       for a, b in targets]
@@ -76,6 +79,7 @@ def matrix(cache_dir, module_folder) -> dict:
                                    f"--nproc-per-node={world}", "-m", "tests.recipes.portable_ranks", *map(str, files)],
                                   capture_output=True, text=True, env=env, timeout=900)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+            _trimmed(root, sources, targets, LAUNCHES[i + 1:])
     finally:
         os.environ.pop("SHARDLAB_CACHE") if old is None else os.environ.__setitem__("SHARDLAB_CACHE", old)
     from shardlab.recipes.portable import KINDS, Reader
@@ -83,6 +87,20 @@ def matrix(cache_dir, module_folder) -> dict:
     finals = [Reader(root / f"src-{s}" / "checkpoints" / "step-000008" / "portable") for s in SOURCES]
     spread = {k: max(_worst(x, y, k) for x in finals for y in finals if x is not y) for k in KINDS}
     return {"root": root, "spread": spread}
+
+
+def _trimmed(root: Path, sources: list[str], targets: list[tuple[str, str]], later: list) -> None:
+    """What no later launch or test reads goes as soon as a launch is done (the matrix held 5.4 GB at once, the most
+    of the test session): a run's native state at step 8 (the tests read its portable copy), but for the EXPORTED
+    runs that `recipe export` reads; a source's step-4 checkpoint once every target resumed from it, but for the one
+    the refusals resume from."""
+    for run in [f"src-{s}" for s in sources] + [f"{a}-to-{b}" for a, b in targets]:
+        if run not in EXPORTED:
+            state = root / run / "checkpoints" / "step-000008" / "state"  # a file, or a folder of the ranks' shards
+            shutil.rmtree(state) if state.is_dir() else state.unlink()
+    resumed_later = {a for _, _, pairs in later for a, _ in pairs}
+    for source in {a for a, _ in TARGETS} - resumed_later - {REFUSED_FROM}:
+        shutil.rmtree(root / f"src-{source}" / "checkpoints" / "step-000004", ignore_errors=True)
 
 
 def _summary(folder: Path) -> dict:
@@ -136,7 +154,7 @@ def test_export_of_a_checkpoint_is_the_end_of_run_export(matrix, in_process, tmp
     (("--devices", "2", "--precision", "bf16-mixed"), "written with precision '32-true'"),
 ])
 def test_a_resume_that_cannot_continue_the_run_is_one_line(matrix, in_process, flags, says):
-    ckpt = matrix["root"] / "src-ddp" / "checkpoints" / "step-000004"
+    ckpt = matrix["root"] / f"src-{REFUSED_FROM}" / "checkpoints" / "step-000004"
     before = sorted((p.name, p.stat().st_size) for p in ckpt.rglob("*"))
     rc, _, err = in_process("run", "--model", "tiny-llama3", "--strategy", "fsdp", "--accelerator", "cpu", "--seq-len",
                             SEQ_LEN, "--max-steps", "8", "--resume", ckpt, "--output", matrix["root"] / "refused",
