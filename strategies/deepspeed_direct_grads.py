@@ -34,7 +34,7 @@ import torch
 
 from shardlab.core import trace
 from shardlab.strategies import adamw_kernel
-from shardlab.strategies.deepspeed_zero3_step import flat_span
+from shardlab.strategies.deepspeed_zero3_step import grad_span, release_grads
 
 _MANGLED = "_DeepSpeedZeroOptimizer_Stage3__avg_scatter_grads"
 
@@ -78,19 +78,11 @@ def _keep_16bit_grads(self, sub_group_id) -> None:
     """The sub-group's 16-bit gradient partitions, one span of DeepSpeed's flat buffer, kept for the step (no fp32
     gradient); where they are not one span, the cast before (fused-step's, else DeepSpeed's)."""
     own = self._shardlab_direct
-    grads = self.averaged_gradients[sub_group_id]
-    fp32 = self.fp32_partitioned_groups_flat[sub_group_id]
-    span = flat_span(grads) if grads and _runs_here(self, sub_group_id) else None
-    if span is None or span.numel() != fp32.numel() or adamw_kernel.requirements([fp32], [span]):
+    span = grad_span(self, sub_group_id) if _runs_here(self, sub_group_id) else None
+    if span is None or adamw_kernel.requirements([self.fp32_partitioned_groups_flat[sub_group_id]], [span]):
         return own["prepare"](sub_group_id)
-    from deepspeed.accelerator import get_accelerator
-
-    if not get_accelerator().is_synchronized_device():  # as DeepSpeed: read on this stream, reduced on another
-        for grad in grads:
-            if get_accelerator().on_accelerator(grad):
-                grad.record_stream(get_accelerator().current_stream())
+    release_grads(self, sub_group_id)
     own["spans"][sub_group_id] = span
-    self.averaged_gradients[sub_group_id] = None
 
 
 def _direct_step(self, sub_group_id) -> None:

@@ -57,7 +57,7 @@ def _grad_norm_fp32(self, gradients, params, norm_type=2):
     return torch.where(total.isfinite(), total, torch.full_like(total, -1.0))
 
 
-def flat_span(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
+def _span(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
     """One 1-D view over `tensors` if they are adjacent contiguous slices of one storage, in order; else None."""
     first = tensors[0]
     end = first.data_ptr()
@@ -69,21 +69,34 @@ def flat_span(tensors: list[torch.Tensor]) -> Optional[torch.Tensor]:
     return first.as_strided((sum(t.numel() for t in tensors),), (1,))
 
 
-def _fp32_grad_from_span(self, sub_group_id):
-    """The sub-group's fp32 gradient as one cast of the flat buffer its partitions live in (no concatenation)."""
-    grads = self.averaged_gradients[sub_group_id]
-    fp32 = self.fp32_partitioned_groups_flat[sub_group_id]
-    span = flat_span(grads) if grads else None
-    if span is None or span.numel() != fp32.numel():
-        return type(self)._prepare_fp32_grad_for_sub_group(self, sub_group_id)
+def grad_span(zero, sub_group_id) -> Optional[torch.Tensor]:
+    """The sub-group's 16-bit gradient partitions as one span of the flat buffer they live in, as long as its fp32
+    partition; None where they are not (DeepSpeed's concatenation then)."""
+    grads = zero.averaged_gradients[sub_group_id]
+    span = _span(grads) if grads else None
+    whole = span is not None and span.numel() == zero.fp32_partitioned_groups_flat[sub_group_id].numel()
+    return span if whole else None
+
+
+def release_grads(zero, sub_group_id) -> None:
+    """The sub-group's gradient partitions let go once read (as DeepSpeed: read on this stream, reduced on another)."""
     from deepspeed.accelerator import get_accelerator
 
-    fp32.grad = span.to(fp32.dtype, copy=True)
-    if not get_accelerator().is_synchronized_device():  # as DeepSpeed: read on this stream, reduced on another
-        for grad in grads:
+    if not get_accelerator().is_synchronized_device():
+        for grad in zero.averaged_gradients[sub_group_id]:
             if get_accelerator().on_accelerator(grad):
                 grad.record_stream(get_accelerator().current_stream())
-    self.averaged_gradients[sub_group_id] = None
+    zero.averaged_gradients[sub_group_id] = None
+
+
+def _fp32_grad_from_span(self, sub_group_id):
+    """The sub-group's fp32 gradient as one cast of the flat buffer its partitions live in (no concatenation)."""
+    span = grad_span(self, sub_group_id)
+    if span is None:
+        return type(self)._prepare_fp32_grad_for_sub_group(self, sub_group_id)
+    fp32 = self.fp32_partitioned_groups_flat[sub_group_id]
+    fp32.grad = span.to(fp32.dtype, copy=True)
+    release_grads(self, sub_group_id)
     if trace.enabled():
         trace.note("zero3-grad-span")
 

@@ -109,9 +109,10 @@ def train(recipe, tmp_path_factory):
         return many([(strategy, flags, env)])[0]
 
     def checkpoints(strategy: str, *flags: str, env: dict[str, str] | None = None) -> Path:
-        if key(strategy, flags, env) in trimmed:
-            del done[key(strategy, flags, env)]
-            trimmed.discard(key(strategy, flags, env))
+        k = key(strategy, flags, env)
+        if k in trimmed:  # made again
+            del done[k]
+            trimmed.discard(k)
         return Path(run(strategy, *flags, env=env)["output"]) / "checkpoints"
 
     def trim() -> None:

@@ -7,8 +7,8 @@ optimizer in one real process (late_wait_steps.py) with a step whose gradients a
 the lever every step leaves what DeepSpeed's own step leaves (parameters, Adam's moments and step count, the skip
 count, the norm) to the bit, and so in two sub-groups (zero3's sub-groups lever); the same with zero3's direct-grads
 on top; in-process, that it is switchable and a default, and refused without fused-step and under another DeepSpeed.
-The end-of-backward wait on the device has no CPU path (no streams); the GPU machine ran late_wait_steps.py under CUDA (benchmarks/results/2026-12-05i-late-wait.md: the same values, the wait made
-on the device each step).
+The end-of-backward wait on the device has no CPU path (no streams); the GPU machine ran late_wait_steps.py under
+CUDA (benchmarks/results/2026-12-05i-late-wait.md: the same values, the wait made on the device each step).
 """
 from __future__ import annotations
 
