@@ -152,13 +152,14 @@ def main() -> None:
                     "(all but those stopped at their call's time budget, rc 124)")
     ap.add_argument("--host-fraction", type=float, default=0.8, help="of the host's memory, what the points may hold")
     ap.add_argument("--ready", default="", help="MODEL:PATH,...: take MODEL's points only once PATH exists (weights built elsewhere)")
-    ap.add_argument("--snapshot", default="", help="points that also dump and name the allocator's live tensors at the peak")
+    ap.add_argument("--snapshot", default="", help="points that also dump and name the allocator's live tensors at the "
+                    "peak (without --jobs: only these)")
     ap.add_argument("--offload-lanes", type=int, default=2, help="offload points at a time (they share the host's CPUs)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     snapshots = set(parse(a.snapshot))
-    jobs = parse(a.jobs) if a.jobs else grid()
+    jobs = parse(a.jobs) if a.jobs else [] if snapshots else grid()
     done = {tag(j) for j in parse(a.skip)}
     for f in a.skip_from:
         if os.path.exists(f):
@@ -225,6 +226,11 @@ def main() -> None:
     meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name() + " (one GPU)",
             "versions": _versions(), "script": "benchmarks/gpu_memory.py " + " ".join(sys.argv[1:]),
             "not_run": [tag(j) for j in jobs], "not_run_estimate_too_large": [tag(j) for j in too_big]}
+    earlier = json.loads((out / "memory.json").read_text()) if (out / "memory.json").exists() else None
+    if earlier:  # an earlier run into this folder: its rows kept but for the points run again
+        again = {r["command"] for r in rows}
+        rows = [r for r in earlier["rows"] if r["command"] not in again] + rows
+        meta["script"] = f"{earlier['script']}; then {meta['script']}"
     (out / "memory.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
     lines = ["| model | preset | kernels | act. ckpt | micro-batch | measured GiB | estimate at run GiB | error | CPU peak GiB |",
              "|---|---|---|---|---|---|---|---|---|"]

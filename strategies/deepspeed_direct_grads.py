@@ -1,9 +1,9 @@
 """zero3's `direct-grads` lever (`--experiments direct-grads`): the 16-bit gradients reach the AdamW without DeepSpeed's
 passes that change nothing on one rank, and the AdamW reads them as they are.
 
-fsdp's direct-grads (fsdp_direct_grads.py) made fsdp 4-8% faster; zero3, last measured at 0.984-1.000x fsdp before it,
-is likely below 0.97x it now (not measured). DeepSpeed 0.19.8's ZeRO-3 (deepspeed/runtime/zero/stage3.py), with
-zero3's other levers, moves each 16-bit gradient:
+fsdp's direct-grads (fsdp_direct_grads.py) made fsdp 4-8% faster; zero3 without this lever then ran 0.954x fsdp on
+llama-1b and 0.929x on the 3B shape (one H100, results/2026-12-07b-direct-grads-h100.md). DeepSpeed 0.19.8's ZeRO-3
+(deepspeed/runtime/zero/stage3.py), with zero3's other levers, moves each 16-bit gradient:
 1. in each bucket's reduce (`__avg_scatter_grads` -> `reduce_scatter_coalesced`): concatenated into one buffer (4 bytes
    a parameter), divided by the world size in place (4) and reduce-scattered (on one rank, NCCL's copy of a buffer onto
    itself), then copied into the rank's gradient partition (4);
@@ -23,8 +23,14 @@ It works through fused-step (its clip is the AdamW's divisor) and with late-wait
 to the kernel on the device; where it failed, DeepSpeed's skip runs and the step counts are taken back). Anything else
 (optimizer offload, fp16 loss scaling, Muon, ZenFlow, a sub-group whose gradients are not one span, a reduce over more
 than one rank) runs DeepSpeed's own code for that part. It replaces private methods of DeepSpeed 0.19.8, so it is
-refused under any other (deepspeed_experiments.py PRIVATE). Offered, not a default: it has not run on a GPU yet, and a
-GPU run with it says so (results/2026-12-07-closing.md: no GPU could be had; its call scripts are there).
+refused under any other (deepspeed_experiments.py PRIVATE), and so dropped from the defaults there.
+
+A default since it measured faster (one H100, the same call, each pair in turn): llama-1b micro-batch 8 +3.5% / +5.6%
+over zero3's other defaults, the 3B shape micro-batch 4 +7.1% / +7.7%; zero3 with it 0.988-0.999x fsdp on llama-1b and
+0.996x / 0.999x on the 3B shape; every peak 3-8 KB over the defaults' (the kernel's argument tables), with and without
+checkpointing, within 2.3% of the estimate. On CUDA, DeepSpeed's ZeRO-3 optimizer with a NaN step
+(tests/strategies/late_wait_steps.py): the same skips and step counts as without it, Adam's moments within 2e-9, and
+every bf16 weight the same but one, one bf16 rounding step apart (the Triton kernel's fp32 rounding against torch's).
 """
 from __future__ import annotations
 

@@ -14,7 +14,10 @@ zero3's defaults, and late-wait with them: against itself within one run on one 
 1.012-1.022, results/2026-12-05i-late-wait.md) and 1.018x on the 3B shape (1.012-1.024), the peak unchanged to the
 byte (results/2026-12-06b-h100.md); and sub-groups (DeepSpeed's sub_group_size 2e8, not Lightning's 1e12): on one H100
 the 3B shape's peak with checkpointing 50.99 GiB, not 59.91, no allocator flush without checkpointing (1.043x there,
-1.025x on llama-1b), and zero3 0.993x / 0.994x fsdp in both orders (results/2026-12-06c-sub-groups.md). The others are
+1.025x on llama-1b), and zero3 0.993x / 0.994x fsdp in both orders (results/2026-12-06c-sub-groups.md); and
+direct-grads: on one H100 +3.5% / +5.6% on llama-1b and +7.1% / +7.7% on the 3B shape over zero3's other defaults,
+zero3 0.988-0.999x fsdp on llama-1b and 0.996x / 0.999x on the 3B shape with it (0.954x / 0.929x without), every peak
+3-8 KB over the defaults' (the kernel's argument tables; results/2026-12-07b-direct-grads-h100.md). The others are
 offered. `--experiments none` runs DeepSpeed's stock ZeRO-3 (e.g. `recipe compare --strategies zero3:experiment=none,zero3`).
 """
 from __future__ import annotations
@@ -43,7 +46,7 @@ ZERO3 = {
                     "reads them (no fp32 gradient per sub-group); needs fused-step",
 }
 ZERO3_SUB_GROUP_SIZE = int(2e8)
-ZERO3_DEFAULTS = ("lean-config", "fused-step", "late-wait", "sub-groups")
+ZERO3_DEFAULTS = ("lean-config", "fused-step", "late-wait", "sub-groups", "direct-grads")
 ZERO3_OFFLOAD = {
     # lean-config under offload (zero3: +12%): on one H100 at the selector's offload batch (16 x 4) it ran 0.972x
     # the Trainer's offload + Liger of the same call, and -1% / +3% against the stock runs of another call at
@@ -146,20 +149,10 @@ def check_together(names: tuple[str, ...]) -> None:
 
 
 def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:
-    """What a run should say of its levers before it starts: gpu-cast measured slower than DeepSpeed's own copy;
-    zero3's direct-grads not yet run on a GPU."""
-    if accelerator != "gpu":
+    """What a run should say of its levers before it starts: gpu-cast measured slower than DeepSpeed's own copy."""
+    if accelerator != "gpu" or "gpu-cast" not in names:
         return []
-    said = []
-    if "direct-grads" in names:
-        others = ",".join(n for n in names if n != "direct-grads")
-        said.append(f"--experiments direct-grads: zero3's has not yet run on a GPU (on CPU it trains to the bit what "
-                    f"zero3 trains without it); check it on this machine before a long run: `recipe compare --strategies "
-                    f"{preset},{preset}:experiment=direct-grads --experiments {others}`")
-    if "gpu-cast" in names:
-        said.append(f"--experiments gpu-cast: measured slower than DeepSpeed's own copy on one H200 (llama-1b: 12,019 "
-                    f"against 12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2) and on "
-                    f"one H100 at --offload-ratio 0.1 (62,329-62,743 against 63,298-63,548 at 16 x 4); check it on "
-                    f"this machine before a long run: `recipe compare --strategies "
-                    f"{preset},{preset}:experiment=gpu-cast`")
-    return said
+    return [f"--experiments gpu-cast: measured slower than DeepSpeed's own copy on one H200 (llama-1b: 12,019 "
+            f"against 12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2) and on "
+            f"one H100 at --offload-ratio 0.1 (62,329-62,743 against 63,298-63,548 at 16 x 4); check it on "
+            f"this machine before a long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]

@@ -43,7 +43,7 @@ def test_recipe_strategies_table(in_process):
     assert rc == 0 and "zero3_offload_all" in out
     zero3 = out.split("\n  zero3 ", 1)[1].splitlines()  # its row, then one line per experiment under it
     assert zero3[1].startswith("    --experiments lean-config: ") and zero3[2].startswith("    --experiments fused-step: ")
-    assert all(line.endswith(" (on by default; --experiments none: off)") for line in zero3[1:3] + zero3[6:8])
+    assert all(line.endswith(" (on by default; --experiments none: off)") for line in zero3[1:3] + zero3[6:9])
     assert zero3[3].startswith("    --experiments no-fetch-sync: ") and "by default" not in zero3[3]  # offered only
     assert zero3[4].startswith("    --experiments param-lists: ") and "by default" not in zero3[4]
     assert zero3[5].startswith("    --experiments no-nvtx: ") and "by default" not in zero3[5]
@@ -61,4 +61,5 @@ def test_recipe_strategies_table(in_process):
     assert list(rows["fsdp"]["capabilities"]["experiments"]) == ["direct-cast", "clip-in-adamw", "direct-grads"]
     assert rows["fsdp"]["capabilities"]["default_experiments"] == ["direct-cast", "clip-in-adamw", "direct-grads"]
     assert rows["ddp"]["capabilities"]["experiments"] == {}
-    assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step", "late-wait", "sub-groups"]
+    assert rows["zero3"]["capabilities"]["default_experiments"] == ["lean-config", "fused-step", "late-wait", "sub-groups",
+                                                                    "direct-grads"]

@@ -139,8 +139,9 @@ def test_zero3_takes_its_default_experiments_where_they_can_run(in_process, monk
         return ResolvedRun.model_validate(json.loads(out)["resolved"])
 
     run = resolved("--strategy", "zero3")
-    assert run.config.experiments == ["lean-config", "fused-step", "late-wait", "sub-groups"]
-    assert any(d.startswith("experiments lean-config,fused-step,late-wait,sub-groups: zero3's defaults") for d in run.decisions)
+    assert run.config.experiments == ["lean-config", "fused-step", "late-wait", "sub-groups", "direct-grads"]
+    assert any(d.startswith("experiments lean-config,fused-step,late-wait,sub-groups,direct-grads: zero3's defaults")
+               for d in run.decisions)
     assert resolved("--strategy", "zero2").config.experiments == []
     gpu = ("--strategy", "zero3", "--accelerator", "gpu", "--gpus", "1", "--gpu-memory-gib", "80", "--kernels", "torch")
     rc, out, err = in_process("plan", *gpu, "--precision", "16-mixed", "--json")

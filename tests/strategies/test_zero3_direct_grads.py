@@ -1,4 +1,4 @@
-"""zero3's `direct-grads` lever (strategies/deepspeed_direct_grads.py) trains what zero3 trains without it.
+"""zero3's `direct-grads` lever (strategies/deepspeed_direct_grads.py; a default) trains what zero3 trains without it.
 
 On CPU the AdamW steps with torch's fused kernel on the upcast 16-bit gradients, so the losses must be those of zero3's
 other defaults to the bit: the Llama 3 shape (tied embeddings, validation and a checkpoint on the way) in bf16-mixed,
@@ -16,8 +16,8 @@ from tests.conftest import LLAMA3
 
 ONE_RANK = (*LLAMA3, "--devices", "1", "--precision", "bf16-mixed", "--grad-clip", "0.05")
 TWO_RANKS = (*LLAMA3, "--precision", "bf16-mixed", "--grad-clip", "0.05")
-OTHERS = "lean-config,fused-step,late-wait,sub-groups"  # zero3's defaults beside it
-WITHOUT, WITH = ("--experiments", OTHERS), ("--experiments", f"{OTHERS},direct-grads")
+OTHERS = "lean-config,fused-step,late-wait,sub-groups"  # zero3's other defaults
+WITHOUT, WITH = ("--experiments", OTHERS), ()  # with it: zero3's defaults
 
 
 def test_direct_grads_trains_what_zero3_trains(train, tmp_path):
@@ -44,20 +44,15 @@ def test_direct_grads_trains_what_zero3_trains(train, tmp_path):
     assert resumed["losses"][-1] == stock["losses"][-1]
 
 
-def test_a_gpu_run_says_the_lever_has_not_run_on_a_gpu():
-    """Resolved for one 80 GiB GPU (in-process, nothing runs): until a GPU has run it, a run with it says so, with the
-    compare that checks it against zero3's defaults."""
+def test_a_gpu_run_takes_it_by_default_without_a_warning():
+    """Resolved for one 80 GiB GPU (in-process, nothing runs): zero3's defaults end with it, and the run says nothing of
+    it (before it ran on a GPU it warned). Under 16-mixed the defaults leave it out (test_zero3_experiments.py)."""
     from shardlab.core.config import RunConfig
     from shardlab.recipes.resolve import resolve_run
 
-    run = resolve_run(RunConfig(strategy="zero3", experiments=[*OTHERS.split(","), "direct-grads"], model="llama-1b",
-                                accelerator="gpu", gpus=1, gpu_memory_gib=80), for_run=False)
-    assert run.warnings == [
-        "--experiments direct-grads: zero3's has not yet run on a GPU (on CPU it trains to the bit what zero3 trains "
-        "without it); check it on this machine before a long run: `recipe compare --strategies "
-        f"zero3,zero3:experiment=direct-grads --experiments {OTHERS}`"]
-    assert resolve_run(RunConfig(strategy="zero3", model="llama-1b", accelerator="gpu", gpus=1, gpu_memory_gib=80),
-                       for_run=False).warnings == []
+    gpu = dict(strategy="zero3", model="llama-1b", accelerator="gpu", gpus=1, gpu_memory_gib=80)
+    run = resolve_run(RunConfig(**gpu), for_run=False)
+    assert run.config.experiments == [*OTHERS.split(","), "direct-grads"] and run.warnings == []
 
 
 def test_the_step_holds_no_fp32_gradient():

@@ -1,10 +1,12 @@
-"""zero3's experiments (strategies/deepspeed_experiments.py), both on by default: each trains the model stock ZeRO-3 trains.
+"""zero3's experiments (strategies/deepspeed_experiments.py), five on by default: each trains the model stock ZeRO-3
+trains.
 
-One `recipe compare` of DeepSpeed's stock ZeRO-3 (zero3:experiment=none) against zero3 (its defaults, lean-config and
-fused-step) and zero3:experiment=lean-config on 2 CPU ranks, on the Llama 3 shape (tied embeddings, 128k vocabulary) in
-bf16-mixed with clipping on every step, so that every replaced part of the step runs: SHARDLAB_TRACE counts, per rank
-and step, the fp32 norm, the gradient taken from its span and the clip handed to the fused AdamW
-(strategies/deepspeed_zero3_step.py); then one resume of the default run from its own checkpoint. The ds_config of
+One `recipe compare` of DeepSpeed's stock ZeRO-3 (zero3:experiment=none) against zero3 (its defaults: lean-config,
+fused-step, late-wait, sub-groups, direct-grads) and zero3:experiment=lean-config on 2 CPU ranks, on the Llama 3 shape
+(tied embeddings, 128k vocabulary) in bf16-mixed with clipping on every step, so that every replaced part of the step
+runs: SHARDLAB_TRACE counts, per rank and step, the fp32 norm (strategies/deepspeed_zero3_step.py), the 16-bit gradient
+stepped as it is (strategies/deepspeed_direct_grads.py) and the clip handed to the AdamW; then one resume of the default
+run from its own checkpoint. The ds_config of
 lean-config and fused-step's refusals are checked in-process.
 """
 from __future__ import annotations
@@ -39,7 +41,8 @@ def test_zero3_experiments_train_the_model_zero3_trains(compared):
     assert m["parity"] and m["verdict"].startswith("PARITY"), m["verdict"]
     stock = runs["zero3:experiment=none"]["losses"]
     assert stock[-1] < stock[0] and runs["zero3:experiment=none"]["config"]["experiments"] == []
-    assert runs["zero3"]["config"]["experiments"] == ["lean-config", "fused-step", "late-wait", "sub-groups"]
+    assert runs["zero3"]["config"]["experiments"] == ["lean-config", "fused-step", "late-wait", "sub-groups",
+                                                      "direct-grads"]
     assert runs["zero3:experiment=lean-config"]["config"]["experiments"] == ["lean-config"]
     for name in NAMES[1:]:
         assert rel_diff(runs[name]["losses"], stock) < 2e-3, (name, runs[name]["losses"], stock)
@@ -49,7 +52,7 @@ def test_zero3_experiments_train_the_model_zero3_trains(compared):
 
 def test_fused_step_replaced_every_part_on_every_rank_and_step(compared):
     events = compared["events"]
-    for event in ("zero3-norm-fp32", "zero3-grad-span", "zero3-clip-in-adamw"):
+    for event in ("zero3-norm-fp32", "zero3-direct-grads", "zero3-clip-in-adamw"):
         assert events[event] == 2 * STEPS, events  # the default run only: 2 ranks x 6 steps
 
 
@@ -126,7 +129,7 @@ def test_the_checkpoint_layout_is_the_sub_group_size_and_ratio_deepspeed_runs_wi
 def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_across(train, tmp_path):
     """tiny-llama3 is below 2e8 parameters, so a --deepspeed-config sub_group_size of 5,000 cuts each rank's partition
     into 8 sub-groups: the same losses and validation losses as test_parity's zero3 run (one sub-group), to 1e-6
-    (here to the bit), each sub-group's gradient cast from its span. Its step-2 checkpoint, resumed under zero3's
+    (here to the bit), each sub-group stepped from its 16-bit span (direct-grads). Its step-2 checkpoint, resumed under zero3's
     defaults (one sub-group here), loads from the portable copy and ends where the uninterrupted run ends."""
     from tests.conftest import LLAMA3, rel_diff
 
@@ -135,7 +138,7 @@ def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_acro
     trace = tmp_path / "trace.txt"
     split = train("zero3", *LLAMA3, "--deepspeed-config", str(config), env={"SHARDLAB_TRACE": str(trace)})
     one = train("zero3", *LLAMA3)
-    spans = [line.split()[0] for line in trace.read_text().splitlines()].count("zero3-grad-span")
+    spans = [line.split()[0] for line in trace.read_text().splitlines()].count("zero3-direct-grads")
     assert spans == 2 * 3 * 8, spans  # ranks x steps x sub-groups
     assert rel_diff(split["losses"], one["losses"]) < 1e-6
     assert rel_diff([v["loss"] for v in split["val_losses"]], [v["loss"] for v in one["val_losses"]]) < 1e-6
@@ -163,8 +166,9 @@ def test_fused_step_is_refused_under_another_deepspeed_and_16_mixed(monkeypatch)
                                grad_clip=1.0, micro_batch_size=8, experiments=names))
 
     check(("fused-step",), "bf16-mixed")  # the installed (pinned) version
-    assert zero3.default_experiments("bf16-mixed") == ("lean-config", "fused-step", "late-wait", "sub-groups")
-    for name in ("fused-step", "late-wait"):  # late-wait works through fused-step
+    assert zero3.default_experiments("bf16-mixed") == ("lean-config", "fused-step", "late-wait", "sub-groups",
+                                                       "direct-grads")
+    for name in ("fused-step", "late-wait", "direct-grads"):  # late-wait and direct-grads work through fused-step
         assert zero3.experiment_refusal(name, "16-mixed").startswith("not yet run under fp16 loss scaling")
     with pytest.raises(UserError, match=r"^--experiments fused-step: not yet run under fp16 loss scaling"):
         check(("fused-step",), "16-mixed")
