@@ -6,8 +6,7 @@ fused-step, late-wait, sub-groups, direct-grads) and zero3:experiment=lean-confi
 (tied embeddings, 128k vocabulary) in bf16-mixed with clipping on every step, so that every replaced part of the step
 runs: SHARDLAB_TRACE counts, per rank and step, the fp32 norm (strategies/deepspeed_zero3_step.py), the 16-bit gradient
 stepped as it is (strategies/deepspeed_direct_grads.py) and the clip handed to the AdamW; then one resume of the default
-run from its own checkpoint. The ds_config of
-lean-config and fused-step's refusals are checked in-process.
+run from its own checkpoint. The ds_config of lean-config and fused-step's refusals are checked in-process.
 """
 from __future__ import annotations
 
@@ -129,8 +128,9 @@ def test_the_checkpoint_layout_is_the_sub_group_size_and_ratio_deepspeed_runs_wi
 def test_in_sub_groups_two_ranks_train_what_one_sub_group_trains_and_resume_across(train, tmp_path):
     """tiny-llama3 is below 2e8 parameters, so a --deepspeed-config sub_group_size of 5,000 cuts each rank's partition
     into 8 sub-groups: the same losses and validation losses as test_parity's zero3 run (one sub-group), to 1e-6
-    (here to the bit), each sub-group stepped from its 16-bit span (direct-grads). Its step-2 checkpoint, resumed under zero3's
-    defaults (one sub-group here), loads from the portable copy and ends where the uninterrupted run ends."""
+    (here to the bit), each sub-group stepped from its 16-bit span (direct-grads). Its step-2 checkpoint, resumed
+    under zero3's defaults (one sub-group here), loads from the portable copy and ends where the uninterrupted run
+    ends."""
     from tests.conftest import LLAMA3, rel_diff
 
     config = tmp_path / "ds.json"
