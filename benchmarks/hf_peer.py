@@ -92,6 +92,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--logging-steps", type=int, default=1, help="the Trainer logs (and syncs for) the loss every N steps")
     ap.add_argument("--profile", help="write a profile of optimizer steps 6..8 here (recipes/profile.py's summary)")
+    ap.add_argument("--memory-snapshot", help="write the allocator's history from the start of training to the end of "
+                    "step 2 here (a pickle, as SHARDLAB_MEMORY_SNAPSHOT writes: benchmarks/memory_snapshot.py reads it)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -146,12 +148,31 @@ def main() -> None:
             if int(os.environ.get("RANK", 0)) == 0:
                 self.window.step_end(state.global_step)
 
+    class Snapshot(TrainerCallback):  # recipes/metrics.py MemorySnapshot's, for the Trainer
+        def __init__(self, path: str) -> None:
+            self.path, self.baseline, self.done = path, 0, False
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.baseline = torch.cuda.memory_allocated()
+            torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
+
+        def on_step_end(self, args, state, control, **kw):
+            if not self.done and state.global_step >= 2:
+                import pickle
+
+                snapshot = torch.cuda.memory._snapshot()
+                snapshot["shardlab_baseline_bytes"] = self.baseline
+                Path(self.path).write_bytes(pickle.dumps(snapshot))
+                torch.cuda.memory._record_memory_history(enabled=None)
+                self.done = True
+
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
     clock = Clock()
     args = trainer_arguments(a, f"/tmp/hf-peer-{os.getpid()}")
     data = RandomTokens(a.micro_batch_size * a.grad_accum * (a.warmup + a.steps), a.seq_len, cfg.vocab_size)
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock] + ([Profile(a.profile)] if a.profile else []))
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock] + ([Profile(a.profile)] if a.profile else [])
+                      + ([Snapshot(a.memory_snapshot)] if a.memory_snapshot and torch.cuda.is_available() else []))
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
