@@ -82,7 +82,8 @@ def test_experiments_do_not_stop_an_export(in_process, tmp_path, fmt):
     rc, printed, err = in_process("export-config", "--format", fmt, "--strategy", "zero3", "--accelerator", "gpu",
                                   "--devices", "1", "--micro-batch-size", "4", "--kernels", "torch", "--output", out)
     assert rc == 0 and out.is_file(), err
-    assert "recipe: note: experiments lean-config,fused-step,late-wait,sub-groups: the file holds what they set" in printed
+    assert ("recipe: note: experiments lean-config,fused-step,late-wait,sub-groups,direct-grads: the file holds what "
+            "they set") in printed
     if fmt == "deepspeed":
         written = json.loads(out.read_text())
         assert written["timers"] == {"throughput": {"enabled": False}}

@@ -47,8 +47,8 @@ def test_param_lists_on_two_ranks_gather_and_release_what_deepspeed_does(train, 
     """On 2 ranks DeepSpeed really gathers each module's parameters from the list it is given: with the lists built
     once, test_parity's zero3 run (the Llama 3 shape, tied embeddings, validation and a checkpoint) to the bit."""
     trace = tmp_path / "trace.txt"
-    lever = train("zero3", *LLAMA3, "--experiments", "lean-config,fused-step,late-wait,sub-groups,param-lists",
-                  env={"SHARDLAB_TRACE": str(trace)})
+    lever = train("zero3", *LLAMA3, "--experiments",
+                  "lean-config,fused-step,late-wait,sub-groups,direct-grads,param-lists", env={"SHARDLAB_TRACE": str(trace)})
     stock = train("zero3", *LLAMA3)  # zero3's defaults
     assert lever["world_size"] == 2 and lever["losses"] == stock["losses"]
     assert [v["loss"] for v in lever["val_losses"]] == [v["loss"] for v in stock["val_losses"]]
