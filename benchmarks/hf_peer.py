@@ -100,6 +100,7 @@ def main() -> None:
     from transformers import LlamaForCausalLM, Trainer, TrainerCallback
 
     from shardlab.recipes.model import flops_per_token, model_config
+    from shardlab.recipes.metrics import dump_allocations, record_allocations
 
     cfg = model_config(a.model)
     cfg.max_position_embeddings = max(cfg.max_position_embeddings, a.seq_len)
@@ -153,17 +154,11 @@ def main() -> None:
             self.path, self.baseline, self.done = path, 0, False
 
         def on_train_begin(self, args, state, control, **kw):
-            self.baseline = torch.cuda.memory_allocated()
-            torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
+            self.baseline = record_allocations()
 
         def on_step_end(self, args, state, control, **kw):
             if not self.done and state.global_step >= 2:
-                import pickle
-
-                snapshot = torch.cuda.memory._snapshot()
-                snapshot["shardlab_baseline_bytes"] = self.baseline
-                Path(self.path).write_bytes(pickle.dumps(snapshot))
-                torch.cuda.memory._record_memory_history(enabled=None)
+                dump_allocations(self.path, self.baseline)
                 self.done = True
 
     torch.manual_seed(0)

@@ -98,6 +98,27 @@ class StepRecorder(pl.Callback):
         return statistics.median(self.step_s[warmup:])
 
 
+def record_allocations(device=None) -> int:
+    """Start the allocator's history on a GPU; returns the bytes allocated before it (the snapshot's baseline)."""
+    baseline = torch.cuda.memory_allocated(device)
+    torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
+    return baseline
+
+
+def dump_allocations(path: str, baseline: int) -> None:
+    """The history since record_allocations to `path` (a pickle, its baseline under "shardlab_baseline_bytes"; written
+    whole, then renamed), and the recording stopped."""
+    import os
+    import pickle
+
+    snapshot = torch.cuda.memory._snapshot()
+    snapshot["shardlab_baseline_bytes"] = baseline
+    with open(f"{path}.tmp", "wb") as f:
+        pickle.dump(snapshot, f)
+    os.replace(f"{path}.tmp", path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+
+
 class MemorySnapshot(pl.Callback):
     """Global rank 0 on a GPU: the allocator's history from the start of training, dumped after `steps` optimizer
     steps to `path` (a pickle that https://pytorch.org/memory_viz reads; benchmarks/memory_snapshot.py names the
@@ -108,16 +129,9 @@ class MemorySnapshot(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.global_rank == 0 and pl_module.device.type == "cuda":
-            self.baseline = torch.cuda.memory_allocated(pl_module.device)
-            torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
+            self.baseline = record_allocations(pl_module.device)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_rank == 0 and pl_module.device.type == "cuda" and not self.done and trainer.global_step >= self.steps:
-            snapshot = torch.cuda.memory._snapshot()
-            snapshot["shardlab_baseline_bytes"] = self.baseline
-            import pickle
-
-            with open(self.path, "wb") as f:
-                pickle.dump(snapshot, f)
-            torch.cuda.memory._record_memory_history(enabled=None)
+            dump_allocations(self.path, self.baseline)
             self.done = True

@@ -87,3 +87,20 @@ def test_a_diverged_step_stops_the_run_at_its_end():
                                         "32-true; try 32-true or another strategy"):
         _fit(recorder, steps=6, nan_at=3)
     assert len(recorder.losses) == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator's history is CUDA's")
+def test_allocation_history_names_what_is_live_at_the_peak(tmp_path):
+    """record_allocations / dump_allocations (SHARDLAB_MEMORY_SNAPSHOT's and benchmarks/hf_peer.py's): the pickle
+    benchmarks/memory_snapshot.py reads, with the baseline allocated before recording."""
+    from benchmarks.memory_snapshot import live_at_peak
+    from shardlab.recipes.metrics import dump_allocations, record_allocations
+
+    before = torch.zeros(1 << 20, device="cuda")
+    baseline = record_allocations()
+    peak = torch.zeros(1 << 22, device="cuda")  # 16 MiB, live at the peak
+    del peak
+    dump_allocations(str(tmp_path / "s.pickle"), baseline)
+    named = live_at_peak(tmp_path / "s.pickle")
+    assert named["baseline_bytes"] >= before.numel() * 4 and named["peak_bytes"] - baseline >= 1 << 24
+    assert not (tmp_path / "s.pickle.tmp").exists()
