@@ -126,6 +126,7 @@ def run_one(job: tuple, out: Path, port: int, snapshot: bool, timeout: float) ->
     if rc == 0 and summary.exists():
         s = json.loads(summary.read_text())
         row.update(measured_bytes=s["peak_memory_bytes"][0], peak_cpu_bytes=(s.get("peak_cpu_bytes") or [None])[0],
+                   requested_bytes=(s.get("peak_requested_bytes") or [None])[0],
                    estimate_at_run=s["memory_estimate"], config=s["config"], tokens_per_s=s["tokens_per_s"])
         row["error"] = round(row["estimate_at_run"]["gpu_bytes"] / row["measured_bytes"] - 1, 4)
     else:

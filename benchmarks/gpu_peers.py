@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.gpu_strategies import run_shardlab, versions  # noqa: E402
+from benchmarks.gpu_strategies import COMMAND_ENV, run_shardlab, versions  # noqa: E402
 
 
 def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int, ac: bool, port: int,
@@ -49,9 +50,11 @@ def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int,
         return {"rc": rc, "error": result.with_suffix(".log").read_text()[-1500:]}
     r = json.loads(result.read_text())
     return {"rc": 0, "tokens_per_s": r["tokens_per_s"], "mfu": r["mfu"], "peak_memory_bytes": r["peak_memory_bytes"],
+            "peak_requested_bytes": r.get("peak_requested_bytes"),
             "losses": r["losses"], "median_step_s": r["median_step_s"], "step_s": r["step_s"],
             "wall_s": round(time.perf_counter() - t0, 1), "config": {"trainer_args": r["trainer_args"], "versions": r["versions"]},
-            "command": "torchrun --nproc_per_node 1 benchmarks/hf_peer.py " + " ".join(args) + " --out FILE.json"}
+            "command": "".join(f"{k}={os.environ[k]} " for k in COMMAND_ENV if os.environ.get(k))
+            + "torchrun --nproc_per_node 1 benchmarks/hf_peer.py " + " ".join(args) + " --out FILE.json"}
 
 
 def parse_pairs(spec: str) -> list[tuple[str, list[str]]]:
@@ -101,7 +104,8 @@ def main() -> None:
             tps = round(statistics.median(r["tokens_per_s"] for r in ok))
             first = ok[0]
             row.update(tokens_per_s=tps, mfu=first["mfu"] * tps / first["tokens_per_s"], peak_memory_bytes=first["peak_memory_bytes"],
-                       command=first["command"], losses=first["losses"], config=first.get("config"))
+                       peak_requested_bytes=first.get("peak_requested_bytes"), command=first["command"],
+                       losses=first["losses"], config=first.get("config"))
             if first.get("lever_ab"):  # SHARDLAB_AB: the lever off and on within the run; its figure is the speedup
                 row["lever_ab"] = first["lever_ab"]
         # appended, not in place of an earlier row of the same setting: a repeat in one call is a measurement too
@@ -109,7 +113,8 @@ def main() -> None:
         doc["rows"].append(row)
         results.write_text(json.dumps(doc, indent=1))
         ab = row.get("lever_ab") or {}
-        print(json.dumps({k: row.get(k) for k in ("shape", "system", "strategy", "tag", "tokens_per_s", "mfu", "peak_memory_bytes")}
+        print(json.dumps({k: row.get(k) for k in ("shape", "system", "strategy", "tag", "tokens_per_s", "mfu", "peak_memory_bytes",
+                                                        "peak_requested_bytes")}
                          | ({"ab": [ab["lever"], ab["tokens_per_s"], ab["speedup"], ab["speedup_95"]]} if ab else {})
                          | ({"error": runs[-1].get("error", "")[-300:]} if not ok else {})), flush=True)
 

@@ -85,7 +85,9 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
     step = statistics.median(s["step_s"][warmup:])
     tokens_per_s = mb * 2048 * grad_accum / step
     return {"rc": 0, "tokens_per_s": round(tokens_per_s), "mfu": s["mfu"] and s["mfu"] * tokens_per_s / s["tokens_per_s"],
-            "peak_memory_bytes": max(s["peak_memory_bytes"]), "losses": [round(x, 4) for x in s["losses"][:4]],
+            "peak_memory_bytes": max(s["peak_memory_bytes"]),
+            "peak_requested_bytes": max(s.get("peak_requested_bytes") or [0]) or None,
+            "losses": [round(x, 4) for x in s["losses"][:4]],
             "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]], "wall_s": wall,
             "estimate_gpu_bytes": (s.get("memory_estimate") or {}).get("gpu_bytes"), "config": s["config"],
             "lever_ab": s.get("lever_ab"),  # SHARDLAB_AB set: the lever off and on within this run (recipes/lever_ab.py)

@@ -184,11 +184,15 @@ def main() -> None:
             versions[pkg] = __import__(pkg).__version__
         except Exception:  # noqa: BLE001 - not installed, or no __version__
             versions[pkg] = None
+    from shardlab.recipes.metrics import peak_requested_bytes
+
     result = {"system": "hf-trainer", "mode": a.mode + ("_liger" if a.liger else ""), "model": a.model,
               "micro_batch_size": a.micro_batch_size, "grad_accum": a.grad_accum, "seq_len": a.seq_len,
               "activation_checkpointing": a.activation_checkpointing, "tokens_per_s": round(tokens_per_s),
               "mfu": tokens_per_s * flops_per_token(cfg, a.seq_len) / PEAK_FLOPS,
-              "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None, "median_step_s": median,
+              "peak_memory_bytes": int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None,
+              "peak_requested_bytes": peak_requested_bytes(torch.device("cuda")) if torch.cuda.is_available() else None,
+              "median_step_s": median,
               "step_s": [round(s, 4) for s in step_s], "losses": [round(x, 4) for x in clock.losses[:4]],
               "wall_s": round(wall, 1), "versions": versions, "trainer_args": {
                   k: v for k, v in args.to_dict().items() if k in (

@@ -5,6 +5,7 @@ import math
 import resource
 import statistics
 import time
+from typing import Optional
 
 import lightning.pytorch as pl
 import torch
@@ -24,6 +25,18 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def peak_requested_bytes(device: torch.device) -> int:
+    """GPU: the peak of the bytes the tensors asked for (the allocator's requested_bytes), 0 on CPU. The allocated peak
+    (max_memory_allocated) also counts each block's rounding to 512 bytes and, without expandable segments, the tail of
+    a cached block handed out whole (a tail under 1 MiB is not split off): 1.2-2.1 MB at llama-1b's peak on one H100
+    (results/2026-12-07c-peak-sites.md), different between two programs whose tensors are the same. A freed block
+    still in use by another stream (record_stream) stays in the requested bytes, not in the allocated ones, until
+    that stream is done."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_stats(device).get("requested_bytes.all.peak", 0))
+    return 0
+
+
 class StepRecorder(pl.Callback):
     """Records, for every optimizer step, the loss averaged over ranks and micro-batches, and its wall time."""
 
@@ -32,6 +45,8 @@ class StepRecorder(pl.Callback):
         self.step_s: list[float] = []
         self.peaks: list[int] = []
         self.cpu_peaks: list[int] = []
+        self.requested_peaks: Optional[list[int]] = None
+        """GPU: each rank's peak of the bytes its tensors asked for (peak_requested_bytes); None on CPU."""
         self.val_losses: list[dict] = []
         """{step, loss, tokens}: the validation loss after those steps (recipes/validation.py), over that many targets."""
         self._micro: list[torch.Tensor] = []
@@ -88,9 +103,11 @@ class StepRecorder(pl.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-        both = torch.tensor([peak_memory_bytes(pl_module.device), rss], device=trainer.strategy.root_device)
-        gathered = trainer.strategy.all_gather(both).reshape(-1, 2).tolist()  # one collective: [rank][peak, rss]
+        both = torch.tensor([peak_memory_bytes(pl_module.device), rss, peak_requested_bytes(pl_module.device)],
+                            device=trainer.strategy.root_device)
+        gathered = trainer.strategy.all_gather(both).reshape(-1, 3).tolist()  # one collective: [rank][peak, rss, asked]
         self.peaks, self.cpu_peaks = [int(g[0]) for g in gathered], [int(g[1]) for g in gathered]
+        self.requested_peaks = [int(g[2]) for g in gathered] if pl_module.device.type == "cuda" else None
 
     def median_step_s(self) -> float:
         """Median optimizer-step time after warm-up: 5 steps (as the raw-Lightning anchor), fewer on short runs."""

@@ -7,6 +7,7 @@ or loaded here: the model is read from its config on the meta device.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Optional
 
 from shardlab.core import memory, precision as precisions, registry, selector, trace
@@ -120,6 +121,7 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     compile_ = _compiled(preset, work, hw.accelerator)
     work = dataclasses.replace(work, compiled=compile_)  # torch.compile keeps fewer activations (core/memory.py)
     fused = _fused_adds(cfg, preset, compile_, hw.accelerator, model_cfg, kernels)
+    expandable = _expandable_segments(cfg, hw.accelerator, decisions)
     # --experiments as given, else the chosen preset's defaults for this precision (zero3's change its step's memory)
     levers = cfg.experiments if cfg.experiments is not None else list(strategy.default_experiments(precision))
     work = dataclasses.replace(work, experiments=tuple(levers))
@@ -136,7 +138,8 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
             [selector.estimate_reason(preset.name, estimate, budget)] if estimate is not None else []) + batch_reasons}
     resolved = cfg.model_copy(update=dict(
         strategy=preset.name, offload=None, accelerator=hw.accelerator, devices=devices, precision=precision,
-        kernels=kernels, compile=compile_, fused_adds=fused, seq_len=seq_len, micro_batch_size=micro,
+        kernels=kernels, compile=compile_, fused_adds=fused, expandable_segments=expandable, seq_len=seq_len,
+        micro_batch_size=micro,
         grad_accum=grad_accum,
         activation_checkpointing=work.activation_checkpointing, output=cfg.output or f"runs/{preset.name}"))
     run = ResolvedRun(config=resolved, hardware=budget.hw, model={"name": cfg.model, **shape.describe()},
@@ -316,6 +319,27 @@ def _fused_adds(cfg: RunConfig, preset: registry.Preset, compiled: bool, acceler
         return cfg.fused_adds
     return (accelerator == "gpu" and kernels == "liger" and preset.capabilities.fused_adds_by_default and not compiled
             and not biased)
+
+
+ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def _expandable_segments(cfg: RunConfig, accelerator: str, decisions: list[str]) -> bool:
+    """--expandable-segments as given (GPU runs only), else what PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF say
+    where set, else on for GPU runs (the allocator's peak is then the tensors' own: results/2026-12-07c-peak-sites.md)."""
+    if accelerator != "gpu":
+        if cfg.expandable_segments:
+            raise UserError("--expandable-segments: it sets PyTorch's CUDA allocator, for GPU runs only; drop it or run "
+                            "with --accelerator gpu")
+        return False
+    if cfg.expandable_segments is not None:
+        return cfg.expandable_segments
+    for name in ALLOC_ENV:
+        if os.environ.get(name):
+            on = "expandable_segments:true" in os.environ[name].replace(" ", "").lower()
+            decisions.append(f"expandable segments: {'on' if on else 'off'}, as {name} says ({os.environ[name]})")
+            return on
+    return True
 
 
 def _compiled(preset: registry.Preset, work: memory.Workload, accelerator: str) -> bool:

@@ -180,6 +180,8 @@ def train(p: Prepared) -> dict[str, Any] | None:
 
     transformers.utils.logging.disable_progress_bar()
     cfg, ctx = p.cfg, p.run.context()
+    if cfg.accelerator == "gpu":  # before this rank's first CUDA tensor; also where the environment already said so
+        torch.cuda.memory._set_allocator_settings(f"expandable_segments:{bool(cfg.expandable_segments)}")
     strategy = registry.get(cfg.strategy).build()
     model_cfg = AutoConfig.from_pretrained(p.folder)
     output = Path(cfg.output)
@@ -240,7 +242,7 @@ def train(p: Prepared) -> dict[str, Any] | None:
     summary = {
         "strategy": cfg.strategy, "world_size": ctx.world_size, "precision": ctx.precision,
         "losses": recorder.losses, "val_losses": recorder.val_losses, "tokens_per_s": tokens_per_s, "peak_memory_bytes": recorder.peaks,
-        "peak_cpu_bytes": recorder.cpu_peaks,
+        "peak_cpu_bytes": recorder.cpu_peaks, "peak_requested_bytes": recorder.requested_peaks,
         "wall_s": wall, "hf_export": str(output / "hf") if export else None, "step_s": recorder.step_s,
         "mfu": _mfu(tokens_per_s / ctx.world_size, model_cfg, cfg.seq_len, ctx),
         "export_check": {"max_abs_logit_diff": export.max_abs_diff, "relative": export.rel_diff} if export else None,

@@ -200,7 +200,8 @@ def test_offload_cpu_estimate_follows_the_measured_process():
         assert e.cpu_bytes == pytest.approx(row["peak_cpu_bytes"], rel=0.15), _tag(row)
 
 
-BEFORE = {"fused_adds": False}  # fields whose rows before them ran without what they turn on
+# fields whose rows before them ran without what they turn on
+BEFORE = {"fused_adds": False, "expandable_segments": False}
 
 
 def test_the_current_gpu_defaults_were_measured():
@@ -223,7 +224,8 @@ def test_the_current_gpu_defaults_were_measured():
                     "chunked_loss": RunConfig.model_fields["chunked_loss"].default,
                     "grad_reduce_dtype": RunConfig.model_fields["grad_reduce_dtype"].default,
                     "float8": RunConfig.model_fields["float8"].default,
-                    "offload_ratio": RunConfig.model_fields["offload_ratio"].default}
+                    "offload_ratio": RunConfig.model_fields["offload_ratio"].default,
+                    "expandable_segments": True}  # recipes/resolve.py: on for GPU runs
         levers = list(preset.capabilities.default_experiments)  # zero3's lean-config: 0.4 GB less
         hits = [r for r in rows if r["config"]["strategy"] == name  # levers absent from older rows: their defaults
                 and all(r["config"].get(f, BEFORE.get(f, RunConfig.model_fields[f].default)) == v

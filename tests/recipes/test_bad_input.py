@@ -92,6 +92,8 @@ def _cases(tmp):
         "too little data": (["--micro-batch-size", "5000"], "one optimizer step needs"),
         "too little data for the accumulation": (["--grad-accum", "5000"], "x grad-accum); give more text"),
         "liger kernels on cpu": (["--kernels", "liger"], "run on CUDA GPUs only; use --kernels torch"),
+        "expandable segments on cpu": (["--expandable-segments"], "--expandable-segments: it sets PyTorch's CUDA "
+                                       "allocator, for GPU runs only; drop it or run with --accelerator gpu"),
         "unknown kernels": (["--kernels", "triton"], "--kernels"),
         "fused adds and compile": (["--fused-adds", "--compile"], "--fused-adds and --compile: torch.compile fuses "
                                    "these adds itself; give one of them"),

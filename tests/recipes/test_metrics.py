@@ -104,3 +104,19 @@ def test_allocation_history_names_what_is_live_at_the_peak(tmp_path):
     named = live_at_peak(tmp_path / "s.pickle")
     assert named["baseline_bytes"] >= before.numel() * 4 and named["peak_bytes"] - baseline >= 1 << 24
     assert not (tmp_path / "s.pickle.tmp").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the caching allocator's statistics are CUDA's")
+def test_the_requested_peak_is_what_the_tensors_asked_for():
+    """peak_requested_bytes beside max_memory_allocated: odd sizes are rounded up to 512 bytes in the allocated peak,
+    not in the requested one (results/2026-12-07c-peak-sites.md: 1.2-2.1 MB at llama-1b's peak)."""
+    from shardlab.recipes.metrics import peak_memory_bytes, peak_requested_bytes
+
+    device = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_stats(device)["requested_bytes.all.current"]
+    odd = [torch.empty(1000 * 3 + 1, dtype=torch.uint8, device=device) for _ in range(100)]
+    asked = peak_requested_bytes(device) - base
+    assert asked >= 100 * 3001 and peak_requested_bytes(device) <= peak_memory_bytes(device)
+    assert peak_requested_bytes(torch.device("cpu")) == 0
+    del odd

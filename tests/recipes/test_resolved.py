@@ -145,3 +145,26 @@ def test_accumulation_reaches_the_estimate_and_the_micro_batch_auto_takes():
     assert plan(RunConfig(**fsdp, micro_batch_size="auto", global_batch_size=16, **gpu)).config.micro_batch_size == 16
     c = plan(RunConfig(**fsdp, micro_batch_size="auto", global_batch_size=64, **gpu)).config
     assert c.micro_batch_size < 16 and c.micro_batch_size * c.grad_accum == 64
+
+
+def test_gpu_runs_take_expandable_segments_unless_told_otherwise(monkeypatch):
+    """The GPU default (one H100: fsdp's peak 2.1 MB lower on llama-1b, 1.3 MB under the Trainer's FSDP2 + Liger;
+    results/2026-12-07c-peak-sites.md): on unless the flag or the allocator's environment variable says otherwise; off
+    on CPU, where asking for it is an error."""
+    from shardlab.recipes.resolve import ALLOC_ENV, resolve_run
+
+    for name in ALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    gpu = dict(strategy="fsdp", model="llama-1b", **GPU_80)
+    assert resolve_run(RunConfig(**gpu), for_run=False).config.expandable_segments is True
+    assert resolve_run(RunConfig(**gpu, expandable_segments=False), for_run=False).config.expandable_segments is False
+    for value, expected in (("max_split_size_mb:128", False), ("expandable_segments:True,max_split_size_mb:64", True)):
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", value)
+        run = resolve_run(RunConfig(**gpu), for_run=False)
+        assert run.config.expandable_segments is expected
+        assert f"as PYTORCH_CUDA_ALLOC_CONF says ({value})" in " ".join(run.decisions)
+    assert resolve_run(RunConfig(**gpu, expandable_segments=False), for_run=False).config.expandable_segments is False
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    assert resolve_run(RunConfig(strategy="fsdp", model="tiny"), for_run=False).config.expandable_segments is False
+    with pytest.raises(UserError, match="--expandable-segments: it sets PyTorch's CUDA allocator, for GPU runs only"):
+        resolve_run(RunConfig(strategy="fsdp", model="tiny", expandable_segments=True), for_run=False)

@@ -26,6 +26,7 @@ def test_default_run_trains_and_exports(default_run):
     assert s["strategy"] == "ddp" and s["world_size"] == 2 and len(s["losses"]) == 50
     assert s["losses"][-1] < s["losses"][0] - 1.0  # the loss falls
     assert len(s["peak_memory_bytes"]) == 2 and s["tokens_per_s"] > 0
+    assert s["peak_requested_bytes"] is None and s["config"]["expandable_segments"] is False  # CUDA's allocator only
     # each of the 2 ranks computes with its share of this machine's cores, unless OMP_NUM_THREADS says otherwise
     assert s["cpu_threads"] == int(os.environ.get("OMP_NUM_THREADS") or max(1, len(os.sched_getaffinity(0)) // 2))
     model = AutoModelForCausalLM.from_pretrained(s["hf_export"])
