@@ -12,6 +12,9 @@ offload_batch() {
   python3 -m shardlab.recipes.cli plan --strategy auto --offload optimizer --model $1 --json > $W/plan.json 2> $W/plan.err
   read CH MB GA < <(python3 -c "import json; d = json.load(open('$W/plan.json')); print(d['choice'], d['micro_batch_size'], d['grad_accum'])")
   echo "selector: $CH micro-batch $MB x accumulation $GA at $(el)s"; }
+# `folders MODEL...`: each model's random initial weights made before the timed runs (from .gpu/src; ~50 s for the 3B shape)
+folders() { python3 -c "import sys; from shardlab.recipes.model import initial_folder as f; [print(f(m, 42)) for m in sys.argv[1:]]" \
+  "$@" 2>&1 | tail -$#; echo "folders at $(el)s"; }
 outputs() { W=/tmp/$1; mkdir -p $W /tmp/logs
   trap "cp -r /tmp/logs $W/ 2>/dev/null; tar czf $OUT/$1.tgz -C /tmp $1; echo \"tarred at \$(el)s\"" EXIT; }
 if [ ! -f /tmp/site.ready ]; then
