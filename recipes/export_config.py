@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import yaml
@@ -24,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from shardlab.core import registry
     from shardlab.core.resolved import write_atomic
-    from shardlab.recipes.resolve import ALLOC_ENV, resolve_run
+    from shardlab.recipes.resolve import allocator_env, resolve_run
 
     overrides = {k: v for k, v in vars(args).items() if k in RunConfig.model_fields and k != "output"}
     cfg = load_config(getattr(args, "config", None), overrides)
@@ -45,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
     if run.config.experiments:  # an experiment may be settings (in the file) or shardlab's own code (not)
         print(f"recipe: note: experiments {','.join(run.config.experiments)}: the file holds what they set in the "
               f"backend's config; what shardlab's code does at run time (`recipe strategies` describes each) is not in it")
-    if run.config.expandable_segments and not any(os.environ.get(n) for n in ALLOC_ENV):  # an environment variable
+    if run.config.expandable_segments and allocator_env() is None:  # an environment variable, not in the file
         print("recipe: note: shardlab's GPU runs use expandable segments: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
               "in your launcher's environment for the same allocator")
     return 0

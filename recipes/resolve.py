@@ -324,6 +324,14 @@ def _fused_adds(cfg: RunConfig, preset: registry.Preset, compiled: bool, acceler
 ALLOC_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 
+def allocator_env() -> Optional[tuple[str, bool]]:
+    """(variable, whether it turns expandable segments on) where torch's allocator is configured by the environment."""
+    for name in ALLOC_ENV:
+        if os.environ.get(name):
+            return name, "expandable_segments:true" in os.environ[name].replace(" ", "").lower()
+    return None
+
+
 def _expandable_segments(cfg: RunConfig, accelerator: str, decisions: list[str]) -> bool:
     """--expandable-segments as given (GPU runs only), else what PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF say
     where set, else on for GPU runs (the allocator's peak is then the tensors' own: results/2026-12-07c-peak-sites.md)."""
@@ -334,11 +342,10 @@ def _expandable_segments(cfg: RunConfig, accelerator: str, decisions: list[str])
         return False
     if cfg.expandable_segments is not None:
         return cfg.expandable_segments
-    for name in ALLOC_ENV:
-        if os.environ.get(name):
-            on = "expandable_segments:true" in os.environ[name].replace(" ", "").lower()
-            decisions.append(f"expandable segments: {'on' if on else 'off'}, as {name} says ({os.environ[name]})")
-            return on
+    env = allocator_env()
+    if env is not None:
+        decisions.append(f"expandable segments: {'on' if env[1] else 'off'}, as {env[0]} says ({os.environ[env[0]]})")
+        return env[1]
     return True
 
 

@@ -20,7 +20,7 @@ from shardlab.recipes import data as data_lib, diagnostics
 from shardlab.recipes.data_cache import DataCache, open_blocks, prepare_data
 from shardlab.recipes.data_load import find_source
 from shardlab.recipes.model import SHIPPED, cache_dir, flops_per_token, initial_folder
-from shardlab.recipes.resolve import resolve_run
+from shardlab.recipes.resolve import allocator_env, resolve_run
 from shardlab.recipes.validation import cap_note, prepare_validation, split_for_validation, validation_flag
 from shardlab.recipes.weights import check_weights, model_source
 
@@ -180,7 +180,8 @@ def train(p: Prepared) -> dict[str, Any] | None:
 
     transformers.utils.logging.disable_progress_bar()
     cfg, ctx = p.cfg, p.run.context()
-    if cfg.accelerator == "gpu":  # before this rank's first CUDA tensor; also where the environment already said so
+    env = allocator_env()  # --expandable-segments, before this rank's first CUDA tensor, unless the environment says it
+    if cfg.accelerator == "gpu" and (env is None or env[1] != cfg.expandable_segments):
         torch.cuda.memory._set_allocator_settings(f"expandable_segments:{bool(cfg.expandable_segments)}")
     strategy = registry.get(cfg.strategy).build()
     model_cfg = AutoConfig.from_pretrained(p.folder)

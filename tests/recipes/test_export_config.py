@@ -63,7 +63,9 @@ def test_accelerate_yaml_is_read_by_accelerate(in_process, tmp_path, preset, kin
         assert cfg.fsdp_config["fsdp_version"] == 2
 
 
-def test_float8_reaches_accelerate_and_is_named_where_deepspeed_has_no_key(in_process, tmp_path):
+def test_float8_reaches_accelerate_and_is_named_where_deepspeed_has_no_key(in_process, tmp_path, monkeypatch):
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        monkeypatch.delenv(name, raising=False)
     common = ("--strategy", "zero2", "--accelerator", "gpu", "--devices", "1", "--micro-batch-size", "4", "--float8")
     rc, _, err = in_process("export-config", "--format", "accelerate", *common, "--output", tmp_path / "a.yaml")
     assert rc == 0, err
@@ -71,6 +73,9 @@ def test_float8_reaches_accelerate_and_is_named_where_deepspeed_has_no_key(in_pr
     assert cfg.mixed_precision == "fp8" and cfg.fp8_config["backend"] == "AO"
     rc, out, err = in_process("export-config", "--format", "deepspeed", *common, "--output", tmp_path / "ds.json")
     assert rc == 0 and "--float8 is not in a ds_config.json" in out, err
+    # a GPU run's allocator setting is an environment variable, not a key of either file: named where the environment
+    # does not already set it
+    assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in your launcher's environment" in out
 
 
 @pytest.mark.parametrize("fmt", ["deepspeed", "accelerate"])

@@ -151,7 +151,7 @@ def test_gpu_runs_take_expandable_segments_unless_told_otherwise(monkeypatch):
     """The GPU default (one H100: fsdp's peak 2.1 MB lower on llama-1b, 1.3 MB under the Trainer's FSDP2 + Liger;
     results/2026-12-07c-peak-sites.md): on unless the flag or the allocator's environment variable says otherwise; off
     on CPU, where asking for it is an error."""
-    from shardlab.recipes.resolve import ALLOC_ENV, resolve_run
+    from shardlab.recipes.resolve import ALLOC_ENV, allocator_env, resolve_run
 
     for name in ALLOC_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -163,6 +163,7 @@ def test_gpu_runs_take_expandable_segments_unless_told_otherwise(monkeypatch):
         run = resolve_run(RunConfig(**gpu), for_run=False)
         assert run.config.expandable_segments is expected
         assert f"as PYTORCH_CUDA_ALLOC_CONF says ({value})" in " ".join(run.decisions)
+        assert allocator_env() == ("PYTORCH_CUDA_ALLOC_CONF", expected)  # what a rank leaves to the environment
     assert resolve_run(RunConfig(**gpu, expandable_segments=False), for_run=False).config.expandable_segments is False
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
     assert resolve_run(RunConfig(strategy="fsdp", model="tiny"), for_run=False).config.expandable_segments is False
