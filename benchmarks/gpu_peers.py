@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.gpu_strategies import COMMAND_ENV, run_shardlab, versions  # noqa: E402
+from benchmarks.gpu_strategies import command_env, run_shardlab, versions  # noqa: E402
 
 
 def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int, ac: bool, port: int,
@@ -53,8 +52,7 @@ def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int,
             "peak_requested_bytes": r.get("peak_requested_bytes"),
             "losses": r["losses"], "median_step_s": r["median_step_s"], "step_s": r["step_s"],
             "wall_s": round(time.perf_counter() - t0, 1), "config": {"trainer_args": r["trainer_args"], "versions": r["versions"]},
-            "command": "".join(f"{k}={os.environ[k]} " for k in COMMAND_ENV if os.environ.get(k))
-            + "torchrun --nproc_per_node 1 benchmarks/hf_peer.py " + " ".join(args) + " --out FILE.json"}
+            "command": command_env() + "torchrun --nproc_per_node 1 benchmarks/hf_peer.py " + " ".join(args) + " --out FILE.json"}
 
 
 def parse_pairs(spec: str) -> list[tuple[str, list[str]]]:

@@ -67,6 +67,11 @@ COMMAND_ENV = ("SHARDLAB_AB", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
                "SHARDLAB_ACT_BUDGET")  # the last: read by results/2026-12-06d-liger-compile/act_budget_sitecustomize.py
 
 
+def command_env() -> str:
+    """The COMMAND_ENV variables set here, as a command's prefix ("NAME=value ...")."""
+    return "".join(f"{k}={os.environ[k]} " for k in COMMAND_ENV if os.environ.get(k))
+
+
 def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], tag: str, warmup: int = WARMUP,
                  grad_accum: int = 1, model: str = "llama-1b") -> dict:
     folder = out / f"{tag}-{name}-{time.time_ns()}"
@@ -91,8 +96,7 @@ def run_shardlab(out: Path, name: str, mb: int, steps: int, extra: list[str], ta
             "median_step_s": step, "step_s": [round(x, 3) for x in s["step_s"]], "wall_s": wall,
             "estimate_gpu_bytes": (s.get("memory_estimate") or {}).get("gpu_bytes"), "config": s["config"],
             "lever_ab": s.get("lever_ab"),  # SHARDLAB_AB set: the lever off and on within this run (recipes/lever_ab.py)
-            "command": "".join(f"{k}={os.environ[k]} " for k in COMMAND_ENV if os.environ.get(k))
-            + "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
+            "command": command_env() + "recipe " + " ".join(cmd[3:]).replace(str(folder), "OUT")}
 
 
 def main() -> None:

@@ -100,7 +100,7 @@ def main() -> None:
     from transformers import LlamaForCausalLM, Trainer, TrainerCallback
 
     from shardlab.recipes.model import flops_per_token, model_config
-    from shardlab.recipes.metrics import dump_allocations, record_allocations
+    from shardlab.recipes.metrics import dump_allocations, peak_requested_bytes, record_allocations
 
     cfg = model_config(a.model)
     cfg.max_position_embeddings = max(cfg.max_position_embeddings, a.seq_len)
@@ -184,8 +184,6 @@ def main() -> None:
             versions[pkg] = __import__(pkg).__version__
         except Exception:  # noqa: BLE001 - not installed, or no __version__
             versions[pkg] = None
-    from shardlab.recipes.metrics import peak_requested_bytes
-
     result = {"system": "hf-trainer", "mode": a.mode + ("_liger" if a.liger else ""), "model": a.model,
               "micro_batch_size": a.micro_batch_size, "grad_accum": a.grad_accum, "seq_len": a.seq_len,
               "activation_checkpointing": a.activation_checkpointing, "tokens_per_s": round(tokens_per_s),
