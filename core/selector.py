@@ -32,9 +32,12 @@ MEASURED = ("ZeRO-3 offload's time per token against ZeRO-3's, one H200, llama-1
 # Activation checkpointing recomputes each decoder layer's forward in backward: one more forward, 8N FLOPs per
 # token where training costs 6N, so at most a third more time. Issue 18 measured 14% fewer tokens/s with it on the
 # Llama-3.2-3B shape on one H200; no file in benchmarks/results/ records that run yet.
-# Partial optimizer offload (--offload-ratio R), one H200, llama-1b, micro-batch 8 (results/2026-12-05b-offload-h200.md):
-# tokens/s at each R; R = 1 ran at 12,265 in the same call (the Hugging Face Trainer's ZeRO-3 offload: 11,128)
-RATIO_MEASURED = {1.0: 12_265, 0.5: 19_566, 0.25: 25_745}
+# Partial optimizer offload (--offload-ratio R), one H200, llama-1b at the selector's offload batch (micro-batch 32 x 2),
+# zero3_offload's defaults since gpu-cast (results/2026-12-07d-pinned-cast.md, calls M and N on one machine): tokens/s at
+# each R. Before gpu-cast (micro-batch 8, 2026-12-05b): R = 1 12,265, R = 0.5 19,566, R = 0.25 25,745; R = 1 at
+# micro-batch 8 is 21,102 with it
+RATIO_MEASURED_AT = "one H200, llama-1b, micro-batch 32 x 2"
+RATIO_MEASURED = {1.0: 59_460, 0.1: 70_833}
 CHECKPOINTING_MEASURED = "14% fewer tokens/s on the Llama-3.2-3B shape, one H200 (issue 18)"
 OFFLOAD_MEASURED = ("ZeRO-3 offload took 1.65-4.3x ZeRO-3's time per token on one H200 (llama-1b, 131,072 and 16,384 "
                     "tokens per step)")

@@ -169,7 +169,7 @@ def _ratio_hint(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Work
             speeds = selector.RATIO_MEASURED
             measured = ", ".join(f"R = {r:g} {t / speeds[1.0]:.2f}x" for r, t in sorted(speeds.items(), reverse=True) if r < 1)
             decisions.append(f"--offload-ratio {ratio:g} would also fit ({human_bytes(estimate.gpu_bytes)} per GPU) and "
-                             f"step {1 - ratio:.0%} of the optimizer on the GPU (one H200, llama-1b: {measured} R = 1's "
+                             f"step {1 - ratio:.0%} of the optimizer on the GPU ({selector.RATIO_MEASURED_AT}: {measured} R = 1's "
                              f"tokens/s); the run keeps all of it on the CPU as asked")
             return
 

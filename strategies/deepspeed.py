@@ -154,7 +154,7 @@ class ZeRO(Strategy):
         ratio = [] if ctx.offload_ratio == 1 or ctx.accelerator != "cpu" else [
             f"--offload-ratio {ctx.offload_ratio:g}: on CPU processes DeepSpeed keeps every part of the optimizer on the "
             f"CPU: the same run as ratio 1"]
-        return experiments.warnings(self.name, ctx.experiments, ctx.accelerator) + ratio
+        return ratio
 
     def fused_adamw(self, ctx: RunContext) -> bool:
         # fused-step hands the clip to the fused kernel (CPU processes too, so CI runs that path); DeepSpeed scales

@@ -52,8 +52,8 @@ ZERO3_OFFLOAD = {
     # the Trainer's offload + Liger of the same call, and -1% / +3% against the stock runs of another call at
     # --offload-ratio 0.25 / 0.1 (results/2026-12-06e-idle.md): no measured gain, so not zero3_offload's default
     "lean-config": ZERO3["lean-config"],
-    "gpu-cast": "the CPU-stepped fp32 weights copied to the GPU from pinned memory without waiting and cast there "
-                "(not cast by the CPU into pageable memory and copied while the host waits), in sub-groups of 1e8 "
+    "gpu-cast": "the CPU-stepped fp32 weights page-locked where they are, copied to the GPU without waiting and cast "
+                "there (not cast by the CPU into pageable memory and copied while the host waits), in sub-groups of 1e8 "
                 "parameters so that one sub-group's copy runs while the CPU steps the next",
     "gpu-grads": "under --offload-ratio below 1, the gradients of the sub-groups stepped on the GPU accumulated there, "
                  "in their fp32 gradient (DeepSpeed moves every sub-group's to pinned CPU memory and back at each "
@@ -71,7 +71,12 @@ ZERO3_OFFLOAD = {
 # gpu-grads: on one H100 at the selector's offload batch (llama-1b, 16 x 4, --offload-ratio 0.1) 57,783 -> 64,585
 # tokens/s (+11.8%), and +12.3% on top of lean-config, the peak unchanged to the byte, losses within bf16 noise
 # (results/2026-12-06f-offload.md); it changes nothing at R = 1 on a GPU, where every sub-group steps on the CPU
-ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm")
+# gpu-cast: on one H200 (llama-1b, R = 1) micro-batch 8 12,054 -> 21,102 / 20,943 tokens/s (1.75x; 1.87x the Trainer's
+# offload + Liger of the same call, 11,294), the selector's batch (32 x 2) 48,647 -> 59,460 (+22%; 1.29x the Trainer's
+# 46,073); the peak the same to the byte at 32 x 2, its memory points 0.3-1.4 MB under the earlier defaults', losses
+# within bf16 noise (results/2026-12-07d-pinned-cast.md). Measured slower twice before (2026-12-05d, 2026-12-06g): its
+# source was pageable then (DeepSpeed's fp32 weights are never pinned); install() now page-locks them in place
+ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm", "gpu-cast")
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned
 PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait",
@@ -147,12 +152,3 @@ def check_together(names: tuple[str, ...]) -> None:
             raise UserError(f"--experiments {','.join(names)}: {name} works through {needed} ({why}); add it: "
                             f"--experiments {','.join(names)},{needed}")
 
-
-def warnings(preset: str, names: tuple[str, ...], accelerator: str) -> list[str]:
-    """What a run should say of its levers before it starts: gpu-cast measured slower than DeepSpeed's own copy."""
-    if accelerator != "gpu" or "gpu-cast" not in names:
-        return []
-    return [f"--experiments gpu-cast: measured slower than DeepSpeed's own copy on one H200 (llama-1b: 12,019 "
-            f"against 12,873 tokens/s at micro-batch 8, 44,936 against 46,093 at 32 x accumulation 2) and on "
-            f"one H100 at --offload-ratio 0.1 (62,329-62,743 against 63,298-63,548 at 16 x 4); check it on "
-            f"this machine before a long run: `recipe compare --strategies {preset},{preset}:experiment=gpu-cast`"]

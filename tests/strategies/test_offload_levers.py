@@ -72,10 +72,10 @@ def test_the_offload_levers_are_refused_under_another_deepspeed_and_offered_by_z
     assert lever in registry.get("zero3_offload").capabilities.experiments
     assert lever not in registry.get("zero3").capabilities.experiments
     offload = registry.get("zero3_offload").build()
-    # gpu-grads is a default where it can run: not under 16-mixed, nor under another DeepSpeed (below); overlap-comm, a
-    # config setting of DeepSpeed's, wherever zero3_offload runs
-    assert offload.default_experiments("bf16-mixed") == ("gpu-grads", "overlap-comm")
-    assert offload.default_experiments("16-mixed") == ("overlap-comm",)
+    # gpu-grads and gpu-cast are defaults where they can run: gpu-grads not under 16-mixed, neither under another
+    # DeepSpeed (below); overlap-comm, a config setting of DeepSpeed's, wherever zero3_offload runs
+    assert offload.default_experiments("bf16-mixed") == ("gpu-grads", "overlap-comm", "gpu-cast")
+    assert offload.default_experiments("16-mixed") == ("overlap-comm", "gpu-cast")
 
     def check(precision: str) -> None:
         offload.check(RunContext(accelerator="gpu", devices=1, num_nodes=1, precision=precision, grad_accum=1,
@@ -90,3 +90,23 @@ def test_the_offload_levers_are_refused_under_another_deepspeed_and_offered_by_z
     with pytest.raises(UserError, match=rf"^--experiments {lever}: written against DeepSpeed 0\.19\.8"):
         check("bf16-mixed")
     assert offload.default_experiments("bf16-mixed") == ("overlap-comm",)  # a setting of any DeepSpeed's config
+
+
+def test_page_lock_pins_cpu_tensors_in_place_where_cuda_is_and_leaves_them_elsewhere():
+    """gpu-cast's source: DeepSpeed's CPU-stepped fp32 weights, page-locked where they are (the same storage), so the
+    copy to the GPU runs without the host; the 16-bit copy is the host's own cast to the bit. Without CUDA, nothing."""
+    import torch
+
+    from shardlab.strategies.deepspeed_offload_cast import page_lock
+
+    t = torch.randn(1 << 20)
+    ptr = t.data_ptr()
+    if not torch.cuda.is_available():
+        assert page_lock([t]) == 0 and t.data_ptr() == ptr
+        return
+    assert page_lock([t, torch.empty(0)]) == 1 and t.is_pinned() and t.data_ptr() == ptr
+    assert page_lock([t]) == 0  # already page-locked
+    d = torch.empty(1 << 20, device="cuda", dtype=torch.bfloat16)
+    d.copy_(t, non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(d.cpu(), t.to(torch.bfloat16))
