@@ -163,7 +163,7 @@ def _ratio_hint(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Work
     if budget.hw.accelerator != "gpu" or cfg.offload_ratio is not None or not strategy.capabilities.offload_ratio \
             or budget.hw.gpu_memory_bytes == 0:
         return
-    for ratio in (0.25, 0.5, 0.75):
+    for ratio in (0.1, 0.25, 0.5, 0.75):
         estimate = strategy.estimate(shape, dataclasses.replace(work, offload_ratio=ratio))
         if estimate is not None and selector.fits(estimate, budget):
             speeds = selector.RATIO_MEASURED

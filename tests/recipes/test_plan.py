@@ -154,13 +154,13 @@ def test_zero3_takes_its_default_experiments_where_they_can_run(in_process, monk
 
 
 @pytest.mark.parametrize("gib,flags,hint", [
-    (140, (), "--offload-ratio 0.25 would also fit"),  # room for three quarters of the optimizer on the GPU
+    (140, (), "--offload-ratio 0.1 would also fit"),  # room for nine tenths of the optimizer on the GPU
     (30, (), "--offload-ratio 0.75 would also fit"),
     (24, (), None),  # no smaller CPU share fits
     (140, ("--offload-ratio", "0.5"), None),  # the user chose
 ])
 def test_plan_says_when_a_smaller_cpu_share_of_the_optimizer_fits(in_process, gib, flags, hint):
-    """zero3_offload on a GPU without --offload-ratio: the smallest of 0.25 / 0.5 / 0.75 whose estimate fits is named,
+    """zero3_offload on a GPU without --offload-ratio: the smallest of 0.1 / 0.25 / 0.5 / 0.75 whose estimate fits is named,
     with what it measured; the run itself keeps the whole optimizer on the CPU (in-process, nothing runs)."""
     from shardlab.core.resolved import ResolvedRun
 
