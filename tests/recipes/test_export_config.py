@@ -29,7 +29,8 @@ def test_deepspeed_json_is_read_by_deepspeed(in_process, tmp_path, preset, stage
 
 def test_offload_ratio_reaches_deepspeed_and_the_default_is_unchanged(in_process, tmp_path):
     """--offload-ratio 0.5 writes offload_optimizer.ratio and sub_group_size 1e7 (enough sub-groups for the ratio,
-    strategies/deepspeed.py); without it, or at 1, the file is byte for byte the one written before the flag existed."""
+    strategies/deepspeed.py); without it, or at 1, the file is byte for byte the same, with no ratio and gpu-cast's
+    sub-groups of 1e8 (a zero3_offload default: one sub-group's copy to the GPU under the next one's CPU step)."""
     written = {}
     for name, flags in (("default", []), ("ratio-1", ["--offload-ratio", "1"]), ("half", ["--offload-ratio", "0.5"])):
         out = tmp_path / f"{name}.json"
@@ -39,7 +40,8 @@ def test_offload_ratio_reaches_deepspeed_and_the_default_is_unchanged(in_process
         assert rc == 0, err
         written[name] = out.read_bytes()
     assert written["ratio-1"] == written["default"]
-    assert b"ratio" not in written["default"] and b"sub_group_size" not in written["default"]
+    assert b"ratio" not in written["default"]
+    assert json.loads(written["default"])["zero_optimization"]["sub_group_size"] == 10**8
     ds = DeepSpeedConfig(str(tmp_path / "half.json"))  # DeepSpeed's own parser accepts it
     assert ds.zero_config.offload_optimizer.ratio == 0.5 and ds.zero_config.sub_group_size == 10**7
     default = json.loads(written["default"])
