@@ -35,6 +35,8 @@ def test_the_offload_levers_train_what_deepspeed_trains(train, tmp_path):
     lines = [line.split() for line in trace.read_text().splitlines()]
     events = Counter(line[0] for line in lines)
     assert events["zero3-offload-gpu-cast"] == 2 * len(stock["losses"]), events  # one sub-group a rank, every step
+    # nothing to page-lock on CPU processes (the GPU's branch: test_page_lock_... below, on the GPU machine)
+    assert [line[1] for line in lines if line[0] == "zero3-offload-gpu-cast-pinned"] == ["0", "0"], lines
     # every parameter of each rank, once a rank: the tied embedding, 2 layers of 9, the final norm
     assert [int(line[1]) for line in lines if line[0] == "zero3-offload-gpu-grads"] == [20, 20], lines
 
