@@ -33,13 +33,14 @@ from benchmarks.gpu_strategies import command_env, run_shardlab, versions  # noq
 
 
 def run_peer(out: Path, model: str, mode: str, mb: int, steps: int, warmup: int, ac: bool, port: int,
-             grad_accum: int = 1, logging_steps: int = 1) -> dict:
+             grad_accum: int = 1, logging_steps: int = 1, offload_ratio: float = 1.0) -> dict:
     base, liger = mode.removesuffix("_liger"), mode.endswith("_liger")
     result = out / f"hf-{model}-{mode}-mb{mb}-{time.time_ns()}.json"
     args = ["--model", model, "--mode", base, "--micro-batch-size", str(mb), "--steps", str(steps), "--warmup", str(warmup)] \
         + (["--liger"] if liger else []) + (["--activation-checkpointing"] if ac else []) \
         + (["--grad-accum", str(grad_accum)] if grad_accum != 1 else []) \
-        + (["--logging-steps", str(logging_steps)] if logging_steps != 1 else [])
+        + (["--logging-steps", str(logging_steps)] if logging_steps != 1 else []) \
+        + (["--offload-ratio", f"{offload_ratio:g}"] if offload_ratio != 1 and base == "zero3_offload" else [])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(port),
            str(HERE / "hf_peer.py"), *args, "--out", str(result)]
     t0 = time.perf_counter()
@@ -81,6 +82,9 @@ def main() -> None:
     ap.add_argument("--tag", default="default")
     ap.add_argument("--peer-logging-steps", type=int, default=1, help="the Trainer logs (a host sync) every N steps; its "
                                                                       "tag: logN where N is not 1")
+    ap.add_argument("--peer-offload-ratio", type=float, default=1.0,
+                    help="the Trainer's zero3_offload keeps 1 - R of the optimizer on the GPU (DeepSpeed's offload_optimizer.ratio); "
+                         "its tag: ratioR where R is not 1 (shardlab's side: --extra \"--offload-ratio R\")")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,8 +138,9 @@ def main() -> None:
                     port += 1
                     runs[system, name].append(run_peer(out, a.model, name, a.micro_batch_size, steps, warmup,
                                                        a.activation_checkpointing, port, a.grad_accum,
-                                                       a.peer_logging_steps))
-        peer_tag = "default" if a.peer_logging_steps == 1 else f"log{a.peer_logging_steps}"
+                                                       a.peer_logging_steps, a.peer_offload_ratio))
+        peer_tag = "+".join(([f"log{a.peer_logging_steps}"] if a.peer_logging_steps != 1 else [])
+                            + ([f"ratio{a.peer_offload_ratio:g}"] if a.peer_offload_ratio != 1 else [])) or "default"
         for system, name in sides:
             record(system, name, a.tag if system == "shardlab" else peer_tag, runs[system, name])
     write_table(doc, out / "gpu_peers.md")

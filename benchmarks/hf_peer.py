@@ -39,11 +39,17 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def deepspeed_config(offload: bool) -> dict:
+def deepspeed_config(offload: bool, ratio: float = 1.0) -> dict:
+    """ratio < 1 (--offload-ratio): DeepSpeed's partial offload (offload_optimizer.ratio, ZeRO-3 only) keeps the first
+    1 - ratio of the sub-groups' optimizer on the GPU; sub-groups of 1e7 elements, so that the share is what was asked
+    (DeepSpeed's default of 1e9 makes two sub-groups of a 1B model, and a ratio of 0.1 would offload half)."""
     zero = {"stage": 3, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto",
             "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}
     if offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if ratio < 1:
+            zero["offload_optimizer"]["ratio"] = ratio
+            zero["sub_group_size"] = 10**7
     return {"bf16": {"enabled": "auto"}, "zero_optimization": zero, "gradient_clipping": "auto",
             "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}
 
@@ -58,7 +64,7 @@ def trainer_arguments(a: argparse.Namespace, out_dir: str):
               dataloader_num_workers=2, disable_tqdm=True, use_liger_kernel=a.liger,
               gradient_checkpointing=a.activation_checkpointing)
     if a.mode.startswith("zero3"):
-        kw["deepspeed"] = deepspeed_config(offload=a.mode == "zero3_offload")
+        kw["deepspeed"] = deepspeed_config(offload=a.mode == "zero3_offload", ratio=a.offload_ratio)
     else:
         kw["optim"] = "adamw_torch_fused"
     if a.mode == "fsdp2":
@@ -89,6 +95,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     ap.add_argument("--activation-checkpointing", action="store_true")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    ap.add_argument("--offload-ratio", type=float, default=1.0,
+                    help="zero3_offload: the share of the optimizer on the CPU (DeepSpeed's offload_optimizer.ratio)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--logging-steps", type=int, default=1, help="the Trainer logs (and syncs for) the loss every N steps")
     ap.add_argument("--profile", help="write a profile of optimizer steps 6..8 here (recipes/profile.py's summary)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from shardlab.core.hardware import Hardware, human_bytes
 from shardlab.core.memory import Estimate, Shape, Workload
@@ -237,6 +237,26 @@ def offload_batch(hw: Hardware, work: Workload, offloads: bool, grad_accum: Opti
                     f"CPU optimizer step ({MEASURED}); --grad-accum N overrides"
                     + ("" if tokens >= OFFLOAD_TOKENS_PER_STEP else
                        f"; capped at {OFFLOAD_MAX_GRAD_ACCUM}: a larger --micro-batch-size, if it fits, is faster")]
+
+
+OFFLOAD_RATIOS = (0.1, 0.25, 0.5, 0.75)  # the CPU shares of the optimizer tried, smallest (fastest) first
+
+
+def offload_ratio(estimate_at: Callable[[float], Optional[Estimate]], budget: Budget) -> tuple[Optional[float], Optional[Estimate]]:
+    """5. The CPU share of an offloaded optimizer (GPU runs): the smallest of OFFLOAD_RATIOS whose estimate fits, with
+    that estimate; (None, None) where none does (the whole optimizer stays on the CPU). estimate_at(R): the run's
+    estimate with R of the optimizer on the CPU. The rest steps on the GPU, faster (RATIO_MEASURED)."""
+    for ratio in OFFLOAD_RATIOS:
+        e = estimate_at(ratio)
+        if e is not None and fits(e, budget):
+            return ratio, e
+    return None, None
+
+
+def ratio_measured() -> str:
+    """What the CPU shares measured, for the reasons: each R < 1's tokens/s against R = 1's."""
+    measured = ", ".join(f"R = {r:g} {t / RATIO_MEASURED[1.0]:.2f}x" for r, t in sorted(RATIO_MEASURED.items(), reverse=True) if r < 1)
+    return f"{RATIO_MEASURED_AT}: {measured} R = 1's tokens/s"
 
 
 def _nothing_fits(budget: Budget, shape: Shape, work: Workload, candidates: dict, rows: list[Row],

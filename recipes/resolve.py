@@ -130,8 +130,10 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     micro, largest, grad_accum, batch_reasons = _batch(cfg, strategy, preset, budget, shape, work, micro, decisions)
     work = dataclasses.replace(work, micro_batch_size=micro, grad_accum=grad_accum)
     # 7. The adapter's own checks, the user's DeepSpeed file, the estimate and the table, for the run that trains.
+    ratio = _offload_ratio(cfg, strategy, shape, work, budget, decisions, batch_reasons,
+                           chosen=decision is not None and not cfg.offload)
+    work = dataclasses.replace(work, offload_ratio=ratio or work.offload_ratio)
     estimate = strategy.estimate(shape, work)
-    _ratio_hint(cfg, strategy, shape, work, budget, decisions)
     auto = file_choice  # under `auto`, the DeepSpeed file's preset with its reason, or the selector's:
     if decision is not None:  # its estimate line quotes the workload that trains (the micro-batch auto took)
         auto = {"choice": preset.name, "reasons": decision.reasons + (
@@ -139,8 +141,7 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     resolved = cfg.model_copy(update=dict(
         strategy=preset.name, offload=None, accelerator=hw.accelerator, devices=devices, precision=precision,
         kernels=kernels, compile=compile_, fused_adds=fused, expandable_segments=expandable, seq_len=seq_len,
-        micro_batch_size=micro,
-        grad_accum=grad_accum,
+        micro_batch_size=micro, grad_accum=grad_accum, offload_ratio=ratio or cfg.offload_ratio,
         activation_checkpointing=work.activation_checkpointing, output=cfg.output or f"runs/{preset.name}"))
     run = ResolvedRun(config=resolved, hardware=budget.hw, model={"name": cfg.model, **shape.describe()},
                       context_length=context, decisions=decisions, auto=auto, warnings=warnings)
@@ -156,22 +157,26 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
                                                    "parts": estimate.parts}})
 
 
-def _ratio_hint(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Workload, budget: selector.Budget,
-                decisions: list[str]) -> None:
-    """A GPU run that offloads the whole optimizer (no --offload-ratio) where a smaller CPU share also fits: says which,
-    with what it measured. Advice only: the run keeps what was asked."""
+def _offload_ratio(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Workload, budget: selector.Budget,
+                   decisions: list[str], reasons: list[str], chosen: bool) -> Optional[float]:
+    """A GPU run that offloads the whole optimizer (no --offload-ratio) where a smaller CPU share also fits. chosen (the
+    selector chose offload itself, under `auto` without --offload): that share, said in its reasons; else advice only
+    (the run keeps what was asked). Returns the share chosen, or None."""
     if budget.hw.accelerator != "gpu" or cfg.offload_ratio is not None or not strategy.capabilities.offload_ratio \
             or budget.hw.gpu_memory_bytes == 0:
-        return
-    for ratio in (0.1, 0.25, 0.5, 0.75):
-        estimate = strategy.estimate(shape, dataclasses.replace(work, offload_ratio=ratio))
-        if estimate is not None and selector.fits(estimate, budget):
-            speeds = selector.RATIO_MEASURED
-            measured = ", ".join(f"R = {r:g} {t / speeds[1.0]:.2f}x" for r, t in sorted(speeds.items(), reverse=True) if r < 1)
-            decisions.append(f"--offload-ratio {ratio:g} would also fit ({human_bytes(estimate.gpu_bytes)} per GPU) and "
-                             f"step {1 - ratio:.0%} of the optimizer on the GPU ({selector.RATIO_MEASURED_AT}: {measured} R = 1's "
-                             f"tokens/s); the run keeps all of it on the CPU as asked")
-            return
+        return None
+    ratio, estimate = selector.offload_ratio(lambda r: strategy.estimate(shape, dataclasses.replace(work, offload_ratio=r)), budget)
+    if ratio is None:
+        return None
+    if chosen:
+        reasons.append(f"--offload-ratio {ratio:g}: the smallest CPU share of the optimizer that fits "
+                       f"({human_bytes(estimate.gpu_bytes)} per GPU); {1 - ratio:.0%} of it steps on the GPU "
+                       f"({selector.ratio_measured()}); --offload-ratio 1 keeps all of it on the CPU")
+        return ratio
+    decisions.append(f"--offload-ratio {ratio:g} would also fit ({human_bytes(estimate.gpu_bytes)} per GPU) and step "
+                     f"{1 - ratio:.0%} of the optimizer on the GPU ({selector.ratio_measured()}); the run keeps all of "
+                     f"it on the CPU as asked")
+    return None
 
 
 def _kernels_and_seq_len(cfg: RunConfig, accelerator: str, context: int, decisions: list[str]) -> tuple[str, int]:
