@@ -1,8 +1,10 @@
 # Session 2026-12-07e (twenty-fifth), call B, right after call A (next.sh of 2026-12-07d) on the same warm machine:
 # `LIMIT=560 bash benchmarks/results/2026-12-07e-offload-batch/callB.sh`, carrying .carry and .gpu, timeout 590.
 # Why: goal 2 under expandable segments was one run a shape (2026-12-07c call J: 0.977x / 0.991x); goal 4 not re-measured
-# since. zero3 and fsdp in both orders on both shapes (the 3B shape's fsdp rows give goal 4's MFU).
-# Predictions (before the run): zero3 0.975-1.000x fsdp on both shapes; the 3B shape's fsdp 57-60% MFU.
+# since. zero3 and fsdp in both orders on both shapes (the 3B shape's fsdp rows give goal 4's MFU); then zero3_offload
+# and the Trainer's offload + Liger at half the selector's offload batch (32 x 1).
+# Predictions (before the run): zero3 0.975-1.000x fsdp on both shapes; the 3B shape's fsdp 57-60% MFU; at 32 x 1
+# zero3_offload 1.35-1.6x the Trainer's offload + Liger.
 set -u; T0=$(date +%s); source .gpu/setup.sh; outputs wp
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$DEV"
 cd .gpu/src
@@ -11,4 +13,7 @@ G1="python3 benchmarks/gpu_peers.py --out $W/peers --micro-batch-size 8 --steps 
 G3="python3 benchmarks/gpu_peers.py --out $W/peers --model llama-3.2-3b --micro-batch-size 4 --steps 20 --warmup 6"
 for s in zero3 fsdp fsdp zero3; do fits 80 && $G1 --pairs "$s=" 2>&1 | q; done
 for s in fsdp zero3 zero3 fsdp; do fits 90 && $G3 --pairs "$s=" 2>&1 | q; done
+offload_batch llama-1b  # then half the selector's offload batch, both sides (goal 3 there)
+fits 150 && python3 benchmarks/gpu_peers.py --out $W/peers --offload-steps 4 --offload-warmup 1 --micro-batch-size $MB --grad-accum 1 \
+  --pairs "zero3_offload=zero3_offload_liger" 2>&1 | q
 echo total $(el)s
