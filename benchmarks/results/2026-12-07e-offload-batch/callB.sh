@@ -1,4 +1,4 @@
-# Session 2026-12-07e (twenty-fifth), call B, right after call A (next.sh of 2026-12-07d) on the same warm machine:
+# Session 2026-12-07e (twenty-fifth), call B, right after call A on the same warm machine:
 # `LIMIT=560 bash benchmarks/results/2026-12-07e-offload-batch/callB.sh`, carrying .carry and .gpu, timeout 590.
 # Why: goal 2 under expandable segments was one run a shape (2026-12-07c call J: 0.977x / 0.991x); goal 4 not re-measured
 # since. zero3 and fsdp in both orders on both shapes (the 3B shape's fsdp rows give goal 4's MFU); then zero3_offload
