@@ -157,6 +157,10 @@ def main() -> None:
             if int(os.environ.get("RANK", 0)) == 0:
                 self.window.step_end(state.global_step)
 
+        def on_train_end(self, args, state, control, **kw):
+            if int(os.environ.get("RANK", 0)) == 0:
+                self.window.finish(state.global_step)
+
     class Snapshot(TrainerCallback):  # recipes/metrics.py MemorySnapshot's, for the Trainer
         def __init__(self, path: str) -> None:
             self.path, self.baseline, self.done = path, 0, False

@@ -145,14 +145,33 @@ class StepWindow:
 
     def step_end(self, done_steps: int) -> None:
         if self.prof is not None and done_steps >= self.start + self.steps:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            wall = time.perf_counter() - self.t0
-            self.prof.__exit__(None, None, None)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(summarize(self.prof, done_steps - self.start, wall))
-            tmp.replace(self.path)
-            self.prof, self.done = None, True
+            self._close(done_steps)
+
+    def finish(self, done_steps: int) -> None:
+        """Training ended (after `done_steps` optimizer steps): a window still open is closed and summarised over the
+        steps it covered; one that never opened says why. A profiler left running to the interpreter's exit aborted the
+        process on the GPU machine ("corrupted size vs. prev_size", 2026-12-07e: 8 steps against steps 6..8's window)."""
+        if self.prof is not None:
+            self._close(done_steps, note=f"training ended after {done_steps} optimizer steps, inside the window "
+                                         f"{self.start}..{self.start + self.steps - 1}")
+        elif not self.done:
+            self._write(f"nothing profiled: training ended after {done_steps} optimizer steps, before the window "
+                        f"{self.start}..{self.start + self.steps - 1}; run at least {self.start + self.steps} steps\n")
+            self.done = True
+
+    def _close(self, done_steps: int, note: str = "") -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - self.t0
+        self.prof.__exit__(None, None, None)
+        steps = done_steps - self.start
+        self._write((f"{note}\n" if note else "") + (summarize(self.prof, steps, wall) if steps > 0 else "no whole step profiled\n"))
+        self.prof, self.done = None, True
+
+    def _write(self, text: str) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.path)
 
 
 class StepProfile(pl.Callback):
@@ -168,3 +187,7 @@ class StepProfile(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_rank == 0:
             self.window.step_end(trainer.global_step)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if trainer.global_rank == 0:
+            self.window.finish(trainer.global_step)

@@ -40,6 +40,30 @@ def test_window_profiles_only_its_steps_and_writes_a_summary(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_training_that_ends_inside_or_before_the_window_closes_it_and_says_so(tmp_path):
+    """max-steps below the window's end: training's end closes the profiler (left running to the interpreter's exit, it
+    aborted the process on the GPU machine) and summarises the steps it covered; before the window, one line says why."""
+    inside, before, whole = tmp_path / "inside.txt", tmp_path / "before.txt", tmp_path / "whole.txt"
+    window, a = StepWindow(str(inside), start=2, steps=2), torch.randn(64, 64)
+    for done in range(3):
+        window.step_begin(done)
+        a = torch.tanh(a @ a)
+        window.step_end(done + 1)
+    assert not inside.exists() and torch._C._autograd._profiler_enabled()
+    window.finish(3)
+    assert not torch._C._autograd._profiler_enabled()
+    assert inside.read_text().startswith("training ended after 3 optimizer steps, inside the window 2..3\nsteps profiled: 1;")
+    StepWindow(str(before), start=6, steps=3).finish(4)
+    assert before.read_text() == ("nothing profiled: training ended after 4 optimizer steps, before the window 6..8; "
+                                  "run at least 9 steps\n")
+    window = StepWindow(str(whole), start=0, steps=1)
+    window.step_begin(0)
+    window.step_end(1)
+    text = whole.read_text()
+    window.finish(5)  # a window already written stays as it is
+    assert whole.read_text() == text and text.startswith("steps profiled: 1;") and not list(tmp_path.glob("*.tmp"))
+
+
 def test_with_python_the_summary_names_the_python_functions_apart(tmp_path):
     def busy(a):  # its own host time: a Python loop
         return sum(range(20_000)) + float(torch.tanh(a).sum())
@@ -66,3 +90,12 @@ def test_idle_gaps_merge_streams_and_name_the_host_op_running():
     by_op = lines[lines.index("device idle by the host op running as each gap began") + 2:]
     assert [line.split() for line in by_op] == [["0.10", "1", "cudaStreamSynchronize"], ["0.01", "1", "run"]]
     assert idle_gaps([], host, steps=1) == ["device idle: no device kernels profiled"]
+
+
+def test_a_run_that_stops_inside_the_window_writes_the_profile_and_exits_cleanly(recipe, tmp_path):
+    """A real `recipe run` of 7 steps under SHARDLAB_PROFILE (window 6..8): Lightning's train end closes the profiler."""
+    path = tmp_path / "profile.txt"
+    proc = recipe("run", "--strategy", "ddp", "--accelerator", "cpu", "--devices", "1", "--max-steps", "7", "--no-export",
+                  "--output", str(tmp_path / "run"), env={"SHARDLAB_PROFILE": str(path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert path.read_text().startswith("training ended after 7 optimizer steps, inside the window 6..8\nsteps profiled: 1;")
