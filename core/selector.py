@@ -24,7 +24,9 @@ OFFLOAD_LEVELS = ("none", "optimizer", "all")  # Capabilities.offload, cheapest 
 # zero3_offload's time per token against zero3's (micro-batch 8, one per step): 3.7x at 16,384 tokens per
 # step, 1.5x at 90,112 (mean), 1.2x at 180,224 (micro-batch 8 x 11), 1.0x at 163,840 (micro-batch 16 x 5).
 # With the 2026-12-03 defaults (Liger kernels, whole-layer ZeRO-3 fetch; results/2026-12-03-ratios-zero3-leaf-h200.md):
-# 4.3x at 16,384 and 1.65x at 131,072 (micro-batch 8 x 8, this constant), within 2x.
+# 4.3x at 16,384 and 1.65x at 131,072 (micro-batch 8 x 8, this constant), within 2x. With gpu-cast (one H100,
+# results/2026-12-07e-offload-batch.md): 1.35x at 131,072 (16 x 4: 56,288 tokens/s against zero3's 75,827), and 16 x 1
+# ran 35,977: the constant stands.
 OFFLOAD_TOKENS_PER_STEP = 131_072  # per GPU
 OFFLOAD_MAX_GRAD_ACCUM = 16  # beyond the measured range the batch grows more than the step time shrinks
 MEASURED = ("ZeRO-3 offload's time per token against ZeRO-3's, one H200, llama-1b: 3.7x at 16,384 tokens per step, "
