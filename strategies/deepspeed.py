@@ -168,7 +168,8 @@ class ZeRO(Strategy):
         groups = experiments.sub_group_size(levers, self.tuning.get("sub_group_size", DEEPSPEED_SUB_GROUP_SIZE))
         return zero3_states(shape, work, offload_optimizer=self.offload != "none", offload_params=self.offload == "all",
                             fused_step="fused-step" in levers, sub_group_size=groups,
-                            direct_grads="direct-grads" in levers)
+                            direct_grads="direct-grads" in levers, gpu_accum="gpu-accum" in levers,
+                            gpu_grads="gpu-grads" in levers)
 
     def _run_config(self, ctx: RunContext) -> dict[str, Any]:
         """The DeepSpeed config the run hands Lightning: the preset's, with the user's file over it."""

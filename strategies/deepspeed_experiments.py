@@ -61,6 +61,10 @@ ZERO3_OFFLOAD = {
     "overlap-comm": "DeepSpeed's overlap_comm: each gradient bucket's reduction and its copies to and from pinned CPU "
                     "memory run on their own stream, beside backward (zero3_offload's own config, run by "
                     "--experiments none, has it off: they run on the compute stream)",
+    "gpu-accum": "the gradients of the sub-groups stepped on the CPU accumulated across micro-batches on the GPU, in "
+                 "one buffer of the model's 16-bit dtype (2 bytes a parameter more GPU memory), and copied to the CPU "
+                 "once a step at the accumulation boundary (DeepSpeed moves them to pinned CPU memory and back at each "
+                 "micro-batch); offered, not yet measured on a GPU",
 }
 # overlap-comm: on one H100 at the selector's offload batch (R = 1, on top of gpu-grads), each pair in both orders
 # beside the Trainer's offload + Liger (which sets overlap_comm) of the same call: the 3B shape (8 x 8) 14,613 ->
@@ -79,7 +83,7 @@ ZERO3_OFFLOAD = {
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm", "gpu-cast")
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned
-PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait",
+PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "gpu-accum", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait",
            "direct-grads")
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
@@ -93,10 +97,11 @@ NEEDS = {"late-wait": ("fused-step", "its fused AdamW"),
 INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("deepspeed_param_lists", "model"),
              "no-nvtx": ("deepspeed_nvtx", "process"), "fused-step": ("deepspeed_zero3_step", "optimizer"),
              "late-wait": ("deepspeed_late_wait", "optimizer"), "gpu-cast": ("deepspeed_offload_cast", "optimizer"),
-             "gpu-grads": ("deepspeed_offload_grads", "optimizer"),
+             "gpu-grads": ("deepspeed_offload_grads", "optimizer"),  # before gpu-accum: it moves what is left
+             "gpu-accum": ("deepspeed_offload_accum", "optimizer"),
              "direct-grads": ("deepspeed_direct_grads", "optimizer")}
 
-PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, gpu-grads, no-fetch-sync, param-lists, late-wait and direct-grads
+PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, gpu-grads, gpu-accum, no-fetch-sync, param-lists, late-wait, direct-grads
 # replace private code of this version's ZeRO-3, no-nvtx sets a flag of its nvtx module
 
 
@@ -138,7 +143,7 @@ def refusal(name: str, precision: str) -> str:
         return refusal(NEEDS[name][0], precision)
     if name == "fused-step" and precision == "16-mixed":
         return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
-    if name == "gpu-grads" and precision == "16-mixed":  # DeepSpeed's overflow check reads the CPU buffer it bypasses
+    if name in ("gpu-grads", "gpu-accum") and precision == "16-mixed":  # DeepSpeed's overflow check reads the CPU buffer
         return "DeepSpeed's fp16 overflow check reads the CPU buffer it bypasses (16-mixed); use bf16-mixed or drop it"
     return ""
 

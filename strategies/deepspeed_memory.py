@@ -62,7 +62,8 @@ ZERO3_OFFLOAD_FLUSH_BYTES = int(0.35e9)
 
 
 def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params: bool, fused_step: bool = False,
-                 sub_group_size: int = int(1e12), direct_grads: bool = False) -> ModelStates:
+                 sub_group_size: int = int(1e12), direct_grads: bool = False, gpu_accum: bool = False,
+                 gpu_grads: bool = False) -> ModelStates:
     """ZeRO-3, the unit fetched whole being the larger of a decoder layer (shardlab's fetch unit, build_model) and
     the largest module (DeepSpeed's "largest layer").
     GPU through forward/backward: the fetched unit (4 bytes a parameter, DeepSpeed's convention) and the 16-bit
@@ -76,6 +77,8 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
     sub-group (`sub_group_size`; zero3's 1e12 makes the partition one, its sub-groups lever 2e8). Under
     direct-grads (deepspeed_direct_grads.py) the AdamW reads the 16-bit gradient partition itself: the step adds
     nothing.
+    Under gpu-accum (deepspeed_offload_accum.py) the gradient accumulation buffer of the parameters gpu-grads does
+    not move (all of them without gpu-grads) is on the GPU: the model's 16-bit bytes each, for the whole run.
     Optimizer offload keeps the 16-bit parameter partition on the GPU (and DeepSpeed's buckets while layers'
     gradients arrive); parameter offload keeps up to stage3_max_live_parameters fetched back for compute, never
     more than optimizer offload alone holds; at world size 1 nothing is gathered beside them. Beside a recomputed
@@ -103,6 +106,9 @@ def zero3_states(s: Shape, w: Workload, offload_optimizer: bool, offload_params:
             kept = 1 - offloaded_share(s, gpus, w.offload_ratio)
             resident += int(16 * kept * n / gpus)
             cpu -= int(16 * kept * n * per_node)
+        if gpu_accum and not offload_params:  # its accumulation buffer: what gpu-grads leaves in DeepSpeed's CPU one
+            moved = offloaded_share(s, gpus, w.offload_ratio) if gpu_grads else 1.0
+            resident += int(w.compute_bytes * moved * n / gpus)
         norm = 4 * min(s.decoder_layer_params, REDUCE_BUCKET_BYTES // 2) // gpus  # fp32, this rank's part of a bucket
         held = s.vocab * s.hidden * w.compute_bytes if s.tied and w.kernels == "liger" else 0
         return ModelStates(gpu=(fetched if gpus > 1 else 0) + resident, cpu=cpu, fixed_overhead=REDUCE_BUCKET_BYTES,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from shardlab.core import trace
 
-_BUFFERS = "_DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition"  # ds_id -> the parameter's accumulation buffer
+GRAD_BUFFERS = "_DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition"  # ds_id -> the parameter's accumulation buffer
 
 
 def install(zero) -> int:
@@ -44,7 +44,7 @@ def install(zero) -> int:
     whose fp32 gradient is on the device the parameter's gradient is computed on. Returns how many took it."""
     if not zero.offload_optimizer or zero.swap_optimizer:
         return 0
-    buffers = getattr(zero, _BUFFERS)
+    buffers = getattr(zero, GRAD_BUFFERS)
     moved = 0
     for i, group in enumerate(zero.fp16_groups):
         grad = zero.fp32_partitioned_groups_flat[i].grad

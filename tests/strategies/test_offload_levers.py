@@ -1,6 +1,7 @@
 """zero3_offload's levers train the model DeepSpeed's own ZeRO-3 offload trains: `gpu-cast`
 (strategies/deepspeed_offload_cast.py), `gpu-grads` (strategies/deepspeed_offload_grads.py), zero3's `lean-config` and
-`overlap-comm` (strategies/deepspeed_experiments.py), all four in one run.
+`overlap-comm` (strategies/deepspeed_experiments.py), all four in one run; `gpu-accum`
+(strategies/deepspeed_offload_accum.py) in a run of its own, its buffer's memory in the estimate in-process.
 
 On CPU processes both ends of gpu-cast's copy are in CPU memory, so its chunked copy runs in order; and every sub-group
 is stepped on the CPU, where its gradients are, so every parameter accumulates in its sub-group's fp32 gradient under
@@ -22,11 +23,18 @@ ACCUMULATED = (*LLAMA3, "--grad-accum", "2")
 
 
 def test_the_offload_levers_train_what_deepspeed_trains(train, tmp_path):
-    trace = tmp_path / "trace.txt"
-    # lean-config and overlap-comm too, in the same run: none of the four changes the arithmetic in fp32
-    levers = train("zero3_offload", "--experiments", "gpu-cast,gpu-grads,lean-config,overlap-comm", *ACCUMULATED,
-                   env={"SHARDLAB_TRACE": str(trace)})
-    stock = train("zero3_offload", "--experiments", "none", *ACCUMULATED)  # DeepSpeed's own (gpu-grads is a default)
+    trace, accum_trace = tmp_path / "trace.txt", tmp_path / "accum.txt"
+    # lean-config and overlap-comm too, in the same run: none of the four changes the arithmetic in fp32. gpu-accum
+    # in a run of its own: where gpu-grads runs (every parameter on CPU processes) it has nothing left to move
+    levers, accum, stock = train.many([
+        ("zero3_offload", ("--experiments", "gpu-cast,gpu-grads,lean-config,overlap-comm", *ACCUMULATED),
+         {"SHARDLAB_TRACE": str(trace)}),
+        ("zero3_offload", ("--experiments", "gpu-accum", *ACCUMULATED), {"SHARDLAB_TRACE": str(accum_trace)}),
+        ("zero3_offload", ("--experiments", "none", *ACCUMULATED), None),  # DeepSpeed's own (gpu-grads is a default)
+    ])
+    assert accum["losses"] == stock["losses"]
+    assert [line.split()[1] for line in accum_trace.read_text().splitlines()
+            if line.startswith("zero3-offload-gpu-accum ")] == ["20", "20"]  # every parameter of each rank
     assert set(levers["config"]["experiments"]) == {"gpu-cast", "gpu-grads", "lean-config", "overlap-comm"}
     assert stock["config"]["experiments"] == [] and stock["config"]["grad_accum"] == 2
     assert stock["losses"][-1] < stock["losses"][0]
@@ -63,7 +71,7 @@ def test_gpu_cast_sets_sub_groups_unless_the_ratio_has_its_own_and_overlap_comm_
     assert preset.ds_config(defaults)["zero_optimization"]["overlap_comm"] is True
 
 
-@pytest.mark.parametrize("lever", ["gpu-cast", "gpu-grads"])
+@pytest.mark.parametrize("lever", ["gpu-cast", "gpu-grads", "gpu-accum"])
 def test_the_offload_levers_are_refused_under_another_deepspeed_and_offered_by_zero3_offload_only(lever, monkeypatch):
     import importlib.metadata
 
@@ -85,13 +93,40 @@ def test_the_offload_levers_are_refused_under_another_deepspeed_and_offered_by_z
 
     if lever == "gpu-cast":
         check("16-mixed")  # no loss-scale arithmetic of its own
-    else:  # DeepSpeed's fp16 overflow check reads the CPU buffer gpu-grads bypasses
-        with pytest.raises(UserError, match=r"^--experiments gpu-grads: DeepSpeed's fp16 overflow check"):
+    else:  # DeepSpeed's fp16 overflow check reads the CPU buffer gpu-grads and gpu-accum bypass
+        with pytest.raises(UserError, match=rf"^--experiments {lever}: DeepSpeed's fp16 overflow check"):
             check("16-mixed")
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.20.1")
     with pytest.raises(UserError, match=rf"^--experiments {lever}: written against DeepSpeed 0\.19\.8"):
         check("bf16-mixed")
     assert offload.default_experiments("bf16-mixed") == ("overlap-comm",)  # a setting of any DeepSpeed's config
+
+
+@pytest.mark.parametrize("ratio,levers,moved", [
+    (None, ("gpu-accum",), 1.0),  # R = 1: every parameter's accumulation buffer on the GPU
+    (0.5, ("gpu-accum",), 1.0),  # without gpu-grads it moves the GPU-stepped sub-groups' too
+    (0.5, ("gpu-grads", "gpu-accum"), "cpu share"),  # with it, only what the CPU steps
+    (0.5, ("gpu-grads",), 0.0),
+])
+def test_the_estimate_counts_gpu_accums_buffer(ratio, levers, moved):
+    """gpu-accum holds the model's 16-bit bytes per parameter it moves on the GPU for the whole run (llama-1b,
+    bf16-mixed, one GPU: 2 bytes each), beside what the same run holds without it; the CPU side is unchanged."""
+    from shardlab.core import memory, registry
+    from shardlab.recipes.model import model_config
+    from shardlab.strategies.deepspeed_offload import offloaded_share
+
+    shape = memory.shape_of(model_config("llama-1b"))
+    offload = registry.get("zero3_offload").build()
+
+    def estimate(experiments):
+        return offload.estimate(shape, memory.Workload(
+            micro_batch_size=8, seq_len=2048, activation_checkpointing=False, precision="bf16-mixed", gpus_per_node=1,
+            num_nodes=1, offload_ratio=ratio or 1.0, experiments=experiments, kernels="liger"))
+
+    with_it, without = estimate(levers), estimate(tuple(x for x in levers if x != "gpu-accum"))
+    share = offloaded_share(shape, 1, ratio or 1.0) if moved == "cpu share" else moved
+    assert with_it.gpu_bytes - without.gpu_bytes == int(2 * share * shape.params)
+    assert with_it.cpu_bytes == without.cpu_bytes
 
 
 def test_page_lock_pins_cpu_tensors_in_place_where_cuda_is_and_leaves_them_elsewhere():
