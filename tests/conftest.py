@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,18 @@ def recipe(cache_dir):
     return run
 
 
+# What a rank that died says about why (glibc's heap checks, C++ terminate, Python's fatal errors), wherever it is in
+# stderr: the tail the assertion shows is often another rank's traceback about the lost peer (CI 2026-12-07e: fsdp_offload's
+# rank 1 killed by SIGABRT at step 3, the reason cut off; not reproduced in 10 runs two at a time since).
+DEATH = re.compile(r"terminate called|what\(\):|corrupted|double free|free\(\)|malloc|Fatal Python error|Segmentation fault|"
+                   r"Aborted|core dumped|SIGABRT|SIGSEGV")
+
+
+def died(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in proc.stderr.splitlines() if DEATH.search(line)]
+    return ("a rank's death, from anywhere in stderr:\n" + "\n".join(lines[:20]) + "\n---\n") if lines else ""
+
+
 @pytest.fixture(scope="session")
 def train(recipe, tmp_path_factory):
     """train(strategy, *flags) -> summary dict of a finished run (cached per argument list), with "output" (its folder)
@@ -87,7 +100,7 @@ def train(recipe, tmp_path_factory):
     def made(args: tuple, out: Path, env: dict[str, str] | None) -> dict:
         proc = recipe("run", "--strategy", args[0], "--accelerator", "cpu", "--devices", "2", "--output", out, *args[1:],
                       env=env)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert proc.returncode == 0, died(proc) + proc.stdout[-3000:] + proc.stderr[-3000:]
         return json.loads((out / "summary.json").read_text()) | {"output": str(out), "log": proc.stdout + proc.stderr}
 
     def key(strategy: str, flags: tuple[str, ...], env: dict[str, str] | None) -> tuple:
