@@ -244,21 +244,29 @@ def offload_batch(hw: Hardware, work: Workload, offloads: bool, grad_accum: Opti
 OFFLOAD_RATIOS = (0.1, 0.25, 0.5, 0.75)  # the CPU shares of the optimizer tried, smallest (fastest) first
 
 
-def offload_ratio(estimate_at: Callable[[float], Optional[Estimate]], budget: Budget) -> tuple[Optional[float], Optional[Estimate]]:
-    """5. The CPU share of an offloaded optimizer (GPU runs): the smallest of OFFLOAD_RATIOS whose estimate fits, with
-    that estimate; (None, None) where none does (the whole optimizer stays on the CPU). estimate_at(R): the run's
-    estimate with R of the optimizer on the CPU. The rest steps on the GPU, faster (RATIO_MEASURED)."""
+def offload_ratio(budget: Budget, estimate_at: Callable[[float], Optional[Estimate]],
+                  chosen: bool) -> tuple[Optional[float], list[str], list[str]]:
+    """5. The CPU share of an offloaded optimizer (GPU runs; the preset keeps part of it on the GPU, and no
+    --offload-ratio was given): the smallest of OFFLOAD_RATIOS whose estimate fits. estimate_at(R): the run's
+    estimate with R of the optimizer on the CPU. chosen (the selector chose offload itself, under `auto` without
+    --offload): the run takes it, said in the reasons; else it is a hint and the run keeps all of it on the CPU.
+    Returns (the share the run takes, or None; reasons; hints)."""
+    if budget.hw.accelerator != "gpu" or budget.hw.gpu_memory_bytes == 0:
+        return None, [], []
     for ratio in OFFLOAD_RATIOS:
         e = estimate_at(ratio)
-        if e is not None and fits(e, budget):
-            return ratio, e
-    return None, None
-
-
-def ratio_measured() -> str:
-    """What the CPU shares measured, for the reasons: each R < 1's tokens/s against R = 1's."""
-    measured = ", ".join(f"R = {r:g} {t / RATIO_MEASURED[1.0]:.2f}x" for r, t in sorted(RATIO_MEASURED.items(), reverse=True) if r < 1)
-    return f"{RATIO_MEASURED_AT}: {measured} R = 1's tokens/s"
+        if e is None or not fits(e, budget):
+            continue
+        measured = ", ".join(f"R = {r:g} {t / RATIO_MEASURED[1.0]:.2f}x" for r, t in sorted(RATIO_MEASURED.items(), reverse=True)
+                             if r < 1)
+        speed = f"{RATIO_MEASURED_AT}: {measured} R = 1's tokens/s"
+        if chosen:
+            return ratio, [f"--offload-ratio {ratio:g}: the smallest CPU share of the optimizer that fits "
+                           f"({human_bytes(e.gpu_bytes)} per GPU); {1 - ratio:.0%} of it steps on the GPU ({speed}); "
+                           f"--offload-ratio 1 keeps all of it on the CPU"], []
+        return None, [], [f"--offload-ratio {ratio:g} would also fit ({human_bytes(e.gpu_bytes)} per GPU) and step "
+                          f"{1 - ratio:.0%} of the optimizer on the GPU ({speed}); the run keeps all of it on the CPU as asked"]
+    return None, [], []
 
 
 def _nothing_fits(budget: Budget, shape: Shape, work: Workload, candidates: dict, rows: list[Row],

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from shardlab.core import memory, precision as precisions, registry, selector, trace
 from shardlab.core.config import RunConfig, same_value
 from shardlab.core.errors import UserError
-from shardlab.core.hardware import Hardware, human_bytes, probe
+from shardlab.core.hardware import Hardware, probe
 from shardlab.core.resolved import ResolvedRun
 from shardlab.recipes.model import SHAPES, llama_fields
 
@@ -129,10 +129,16 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     #    the selector's step 4, from the final micro-batch).
     micro, largest, grad_accum, batch_reasons = _batch(cfg, strategy, preset, budget, shape, work, micro, decisions)
     work = dataclasses.replace(work, micro_batch_size=micro, grad_accum=grad_accum)
+    # The CPU share of an offloaded optimizer (the selector's step 5): taken where `auto` chose offload, else a hint.
+    ratio = None
+    if cfg.offload_ratio is None and strategy.capabilities.offload_ratio:
+        ratio, reasons, hints = selector.offload_ratio(
+            budget, lambda r: strategy.estimate(shape, dataclasses.replace(work, offload_ratio=r)),
+            chosen=decision is not None and not cfg.offload)
+        batch_reasons += reasons
+        decisions += hints
+        work = dataclasses.replace(work, offload_ratio=ratio or work.offload_ratio)
     # 7. The adapter's own checks, the user's DeepSpeed file, the estimate and the table, for the run that trains.
-    ratio = _offload_ratio(cfg, strategy, shape, work, budget, decisions, batch_reasons,
-                           chosen=decision is not None and not cfg.offload)
-    work = dataclasses.replace(work, offload_ratio=ratio or work.offload_ratio)
     estimate = strategy.estimate(shape, work)
     auto = file_choice  # under `auto`, the DeepSpeed file's preset with its reason, or the selector's:
     if decision is not None:  # its estimate line quotes the workload that trains (the micro-batch auto took)
@@ -155,28 +161,6 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
         "candidates": rows, "largest_micro_batch": largest,
         "estimate": None if estimate is None else {"gpu_bytes": estimate.gpu_bytes, "cpu_bytes": estimate.cpu_bytes,
                                                    "parts": estimate.parts}})
-
-
-def _offload_ratio(cfg: RunConfig, strategy, shape: memory.Shape, work: memory.Workload, budget: selector.Budget,
-                   decisions: list[str], reasons: list[str], chosen: bool) -> Optional[float]:
-    """A GPU run that offloads the whole optimizer (no --offload-ratio) where a smaller CPU share also fits. chosen (the
-    selector chose offload itself, under `auto` without --offload): that share, said in its reasons; else advice only
-    (the run keeps what was asked). Returns the share chosen, or None."""
-    if budget.hw.accelerator != "gpu" or cfg.offload_ratio is not None or not strategy.capabilities.offload_ratio \
-            or budget.hw.gpu_memory_bytes == 0:
-        return None
-    ratio, estimate = selector.offload_ratio(lambda r: strategy.estimate(shape, dataclasses.replace(work, offload_ratio=r)), budget)
-    if ratio is None:
-        return None
-    if chosen:
-        reasons.append(f"--offload-ratio {ratio:g}: the smallest CPU share of the optimizer that fits "
-                       f"({human_bytes(estimate.gpu_bytes)} per GPU); {1 - ratio:.0%} of it steps on the GPU "
-                       f"({selector.ratio_measured()}); --offload-ratio 1 keeps all of it on the CPU")
-        return ratio
-    decisions.append(f"--offload-ratio {ratio:g} would also fit ({human_bytes(estimate.gpu_bytes)} per GPU) and step "
-                     f"{1 - ratio:.0%} of the optimizer on the GPU ({selector.ratio_measured()}); the run keeps all of "
-                     f"it on the CPU as asked")
-    return None
 
 
 def _kernels_and_seq_len(cfg: RunConfig, accelerator: str, context: int, decisions: list[str]) -> tuple[str, int]:

@@ -197,17 +197,19 @@ def test_auto_run_takes_the_picked_batch_unless_given():
     assert resolve_plan(c.model_copy(update={"grad_accum": 3})).config.grad_accum == 3
 
 
-@pytest.mark.parametrize("gib,flags,ratio,said", [
-    (80, {}, 0.75, "reasons"),  # the selector chose offload: the smallest CPU share that fits, in its reasons
-    (40, {}, None, None),  # no smaller share fits: the whole optimizer on the CPU
-    (80, {"offload": "optimizer"}, None, "decisions"),  # offload asked for: all of it; the smaller share a hint
-    (80, {"offload_ratio": 1.0}, 1.0, None),  # the user's share stands
+@pytest.mark.parametrize("model,gib,flags,ratio,said", [
+    ("llama-7b", 80, {}, 0.75, "reasons"),  # the selector chose offload: the smallest CPU share that fits, in its reasons
+    ("llama-3.2-3b", 40, {}, 0.75, "reasons"),  # Llama 3's shape: tied, 128k vocabulary
+    ("llama-7b", 40, {}, None, None),  # no smaller share fits: the whole optimizer on the CPU
+    ("llama-7b", 80, {"offload": "optimizer"}, None, "decisions"),  # offload asked for: all of it; the share a hint
+    ("llama-7b", 80, {"offload_ratio": 1.0}, 1.0, None),  # the user's share stands
 ])
-def test_auto_offload_takes_the_smallest_cpu_share_that_fits(gib, flags, ratio, said):
-    """llama-7b on one GPU: nothing without offload fits, so `auto` offloads the optimizer; where the estimate fits with
-    part of it on the GPU, the run takes the smallest CPU share of 0.1 / 0.25 / 0.5 / 0.75 that fits (faster: it steps
-    on the GPU), unless the user asked for offload or for a share."""
-    r = resolve_plan(_config("llama-7b", 1, gib, cpu_gib=512, micro_batch_size=8, activation_checkpointing=True, **flags))
+def test_auto_offload_takes_the_smallest_cpu_share_that_fits(model, gib, flags, ratio, said):
+    """One GPU where nothing without offload fits, so `auto` offloads the optimizer; where the estimate fits with part
+    of it on the GPU, the run takes the smallest CPU share of 0.1 / 0.25 / 0.5 / 0.75 that fits (faster: it steps on
+    the GPU), unless the user asked for offload or for a share."""
+    mb = 4 if model == "llama-3.2-3b" else 8
+    r = resolve_plan(_config(model, 1, gib, cpu_gib=512, micro_batch_size=mb, activation_checkpointing=True, **flags))
     assert r.config.strategy == "zero3_offload" and r.config.offload_ratio == ratio
     chosen = [x for x in r.auto["reasons"] if x.startswith("--offload-ratio")]
     hints = [x for x in r.decisions if "--offload-ratio" in x and "would also fit" in x]
