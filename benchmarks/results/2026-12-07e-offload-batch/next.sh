@@ -1,5 +1,6 @@
 # Written 2026-12-07 (twenty-fifth session) for the next session; not run. Three calls on one warm machine, carrying
-# .carry and .gpu (after `bash benchmarks/gpu_pack.sh --src`), timeout 590 each, each right after the one before:
+# .carry and .gpu (after `bash benchmarks/gpu_pack.sh --src`), timeout 590 each, each right after the one before
+# (the twenty-sixth session got no machine: where only one call fits, run PART=3 first, on either card):
 #   PART=1 LIMIT=560 bash benchmarks/results/2026-12-07e-offload-batch/next.sh
 #   PART=2 LIMIT=560 bash benchmarks/results/2026-12-07e-offload-batch/next.sh
 #   PART=3 LIMIT=560 bash benchmarks/results/2026-12-07e-offload-batch/next.sh
