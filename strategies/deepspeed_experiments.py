@@ -64,7 +64,8 @@ ZERO3_OFFLOAD = {
     "gpu-accum": "the gradients of the sub-groups stepped on the CPU accumulated across micro-batches on the GPU, in "
                  "one buffer of the model's 16-bit dtype (2 bytes a parameter more GPU memory), and copied to the CPU "
                  "once a step at the accumulation boundary (DeepSpeed moves them to pinned CPU memory and back at each "
-                 "micro-batch); offered, not yet measured on a GPU",
+                 "micro-batch); offered, not a default: +6.5% tokens/s at the selector's offload batch for 2 bytes a "
+                 "parameter of the GPU memory offload is chosen to save",
 }
 # overlap-comm: on one H100 at the selector's offload batch (R = 1, on top of gpu-grads), each pair in both orders
 # beside the Trainer's offload + Liger (which sets overlap_comm) of the same call: the 3B shape (8 x 8) 14,613 ->
@@ -80,6 +81,12 @@ ZERO3_OFFLOAD = {
 # 46,073); the peak the same to the byte at 32 x 2, its memory points 0.3-1.4 MB under the earlier defaults', losses
 # within bf16 noise (results/2026-12-07d-pinned-cast.md). Measured slower twice before (2026-12-05d, 2026-12-06g): its
 # source was pageable then (DeepSpeed's fp32 weights are never pinned); install() now page-locks them in place
+# gpu-accum: on one H100 at the selector's offload batch (llama-1b, 16 x 4, R = 1, on top of the defaults), alternating
+# default, gpu-accum, gpu-accum, default in one call: 56,464 / 55,254 -> 59,879 / 59,046 tokens/s (+6.5%), the peak
+# 46.98 -> 49.18 GB (+2.20 GB, llama-1b's 16-bit gradients, as the estimate counts), losses within bf16 noise, its memory
+# points measured (results/2026-12-07g-gpu-accum.md). Not a default: zero3_offload is chosen to save GPU memory, and
+# 2 bytes a parameter (16 GB for an 8B model) moves runs to zero3_offload_all; the selector spends headroom on a
+# smaller --offload-ratio instead (R = 0.1 ran 70,209 there, 2026-12-07e)
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm", "gpu-cast")
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned

@@ -19,7 +19,8 @@ those of DeepSpeed's path to the bit (the same adds in the same dtype on the sam
 bytes per parameter moved more for the whole run (2 under bf16: 2.2 GB for llama-1b), which the estimate counts
 (deepspeed_memory.zero3_states). DeepSpeed's CPU buffer stays allocated (it is one tensor) and unused.
 
-Offered, not a default: not yet measured on a GPU (built 2026-12-07e, when the session's device time was spent).
+Offered, not a default: on one H100 at the selector's offload batch it ran +6.5% tokens/s for +2.20 GB of peak
+(results/2026-12-07g-gpu-accum.md; why not a default: deepspeed_experiments.py).
 Refused under fp16 loss scaling, where DeepSpeed's overflow check reads the CPU buffer, and under any DeepSpeed but
 0.19.8, whose private attribute it replaces (deepspeed_experiments.py). On CPU processes the new buffer is CPU memory,
 like DeepSpeed's, so CI runs this code against DeepSpeed's losses to the bit (tests/strategies/test_offload_levers.py).

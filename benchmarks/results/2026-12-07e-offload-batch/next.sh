@@ -43,3 +43,5 @@ else
   fits 110 && { SHARDLAB_PROFILE=$W/profile-r1.txt timeout 110 $R --output $W/rp > $W/rp.log 2>&1; echo "profile rc $? at $(el)s"; sed -n '1,14p;/top 25 host/,+16p;/device idle/,$p' $W/profile-r1.txt | cut -c1-220; }
 fi
 echo total $(el)s
+# 2026-12-07g (twenty-seventh session): part 3 ran on an H100 (results/2026-12-07g-gpu-accum.md): gpu-accum +6.5%,
+# kept opt-in; its memory points measured. The next session runs results/2026-12-07g-gpu-accum/next.sh instead.
