@@ -156,7 +156,8 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     # Every candidate estimated again, at the final micro-batch and checkpointing: the choice above was made at
     # micro-batch 1 when `auto` (what fits at all decides the preset; the micro-batch then follows from it),
     # while the table shows the run that trains.
-    rows = [_row(r) for r in selector.table(_candidates(budget.hw, shape, work, precision, preset.name), budget)]
+    given = None if cfg.experiments is None else tuple(cfg.experiments)
+    rows = [_row(r) for r in selector.table(_candidates(budget.hw, shape, work, precision, preset.name, given), budget)]
     return run.model_copy(update={
         "candidates": rows, "largest_micro_batch": largest,
         "estimate": None if estimate is None else {"gpu_bytes": estimate.gpu_bytes, "cpu_bytes": estimate.cpu_bytes,
@@ -204,10 +205,11 @@ def _preset(cfg: RunConfig, budget: selector.Budget, shape: memory.Shape, work: 
     under `auto`, else None; workload). Nothing fits under `auto`: NothingFits."""
     decision = None
     if cfg.strategy == "auto":
-        candidates = _candidates(budget.hw, shape, work, work.precision)
+        given = None if cfg.experiments is None else tuple(cfg.experiments)  # the memory of the levers asked for
+        candidates = _candidates(budget.hw, shape, work, work.precision, given=given)
         # checkpointing not given: the selector weighs it against offload (each candidate estimated with it too)
         checkpointed = None if cfg.activation_checkpointing is not None else _candidates(
-            budget.hw, shape, dataclasses.replace(work, activation_checkpointing=True), work.precision)
+            budget.hw, shape, dataclasses.replace(work, activation_checkpointing=True), work.precision, given=given)
         decision = selector.choose(budget, shape, work, cfg.offload, candidates, checkpointed)
         if decision.choice is None:
             raise NothingFits(decision, budget, {"name": cfg.model, **shape.describe()},
@@ -215,6 +217,11 @@ def _preset(cfg: RunConfig, budget: selector.Budget, shape: memory.Shape, work: 
         work = dataclasses.replace(work, activation_checkpointing=decision.activation_checkpointing)
     preset = registry.with_offload(registry.get(decision.choice if decision else cfg.strategy),
                                    None if decision else cfg.offload)
+    missing = [n for n in cfg.experiments or [] if n not in preset.capabilities.experiments]
+    if decision and missing:  # levers are a preset's: say why auto chose one without them, before its own check does
+        raise UserError(f"--experiments {','.join(cfg.experiments)}: --strategy auto chose {preset.name} "
+                        f"({decision.reasons[-1]}), which offers no {','.join(missing)}; name the preset these levers "
+                        f"are for with --strategy (`recipe strategies` lists them), or drop --experiments")
     if cfg.activation_checkpointing is None and not work.activation_checkpointing:
         why = "what was chosen fits without it" if decision else "the default"
         decisions.append(f"activation checkpointing off: {why}; --activation-checkpointing turns it on")
@@ -279,17 +286,20 @@ def _row(r: selector.Row) -> dict[str, Any]:
 
 
 def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, precision: str,
-                chosen: Optional[str] = None) -> dict[str, tuple[registry.Preset, Optional[memory.Estimate]]]:
-    """Every preset that can run here, with its estimate for this workload (the chosen preset's experiments are the
-    run's; every other preset's its own defaults)."""
+                chosen: Optional[str] = None, given: Optional[tuple[str, ...]] = None,
+                ) -> dict[str, tuple[registry.Preset, Optional[memory.Estimate]]]:
+    """Every preset that can run here, with its estimate for this workload. Its levers: the run's for the chosen
+    preset; the user's --experiments (given) for each preset that offers them all, as it would run them; else its
+    own defaults. So `auto` weighs the memory of the levers asked for (gpu-accum's 2 bytes a parameter)."""
     out = {}
     for name, preset in registry.presets().items():
         caps = preset.capabilities
         if (caps.gpu if hw.accelerator == "gpu" else caps.cpu) and precision in caps.precisions \
                 and (hw.num_nodes == 1 or caps.multi_node):
+            levers = work.experiments if name == chosen else \
+                given if given is not None and set(given) <= set(caps.experiments) else None
             out[name] = (preset, preset.build().estimate(shape, dataclasses.replace(
-                work, compiled=_compiled(preset, work, hw.accelerator),
-                experiments=work.experiments if name == chosen else None)))
+                work, compiled=_compiled(preset, work, hw.accelerator), experiments=levers)))
     return out
 
 

@@ -176,3 +176,33 @@ def test_plan_says_when_a_smaller_cpu_share_of_the_optimizer_fits(in_process, gi
     else:
         assert len(hints) == 1 and hints[0].startswith(hint), hints
         assert "the run keeps all of it on the CPU as asked" in hints[0]
+
+
+GPU_ACCUM = ("--experiments", "gpu-grads,overlap-comm,gpu-cast,gpu-accum")
+
+
+@pytest.mark.parametrize("flags,choice,gib", [
+    ((), "zero3_offload", 31.1),  # zero3_offload's defaults fit in 36 of the 40 GiB
+    (GPU_ACCUM, None, None),  # gpu-accum's 2 bytes a parameter (15 GiB here) do not: auto must not plan it as fitting
+    (("--activation-checkpointing", *GPU_ACCUM), "zero3_offload", None),  # with checkpointing they fit again
+])
+def test_auto_weighs_the_memory_of_the_experiments_asked_for(capsys, flags, choice, gib):
+    """`--strategy auto --experiments`: the selector estimates each preset that offers the levers with them, so it does
+    not choose zero3_offload with gpu-accum as fitting at its defaults' 31 GiB (it ran 46.0 GiB and said 'fits'). Where
+    it then chooses a preset that lacks the levers, one line says which, why, and the fix (exit 2)."""
+    rc, text, err = _plan(capsys, "--model", "llama-3.1-8b", "--gpus", "1", "--gpu-memory-gib", "40",
+                          "--cpu-memory-gib", "256", "--strategy", "auto", "--offload", "optimizer", *flags, "--json")
+    if choice is None:
+        assert rc == 2 and err.count("\n") == 1, err
+        assert err.startswith("recipe: error: --experiments gpu-grads,overlap-comm,gpu-cast,gpu-accum: --strategy auto "
+                              "chose zero2_offload (zero3_offload would need 46.0 GiB per GPU"), err
+        assert "name the preset these levers are for with --strategy" in err
+        return
+    assert rc == 0, err
+    out = json.loads(text)
+    e = out["resolved"]["estimate"]
+    assert out["choice"] == choice and e["gpu_bytes"] <= out["budget"]["gpu_bytes"]
+    row = next(s for s in out["strategies"] if s["name"] == choice)
+    assert row["fits"] and row["gpu_bytes"] == e["gpu_bytes"]  # the table's row is the run that trains
+    if gib:
+        assert round(e["gpu_bytes"] / 2**30, 1) == gib
