@@ -15,27 +15,16 @@
 #   goal 4: 57-60% MFU;
 #   part 3 (either card): the defaults 1.13-1.30x the Trainer's offload at R = 1;
 #   the profile: the host's AdamW and clip 300-450 ms of the step after backward, device idle through them.
-set -u; T0=$(date +%s); source .gpu/setup.sh; outputs wp${PART:-1}
+# Parts 1 and 2 are those of 2026-12-07e's next.sh, unchanged.
+[ "${PART:-1}" = 3 ] || exec bash benchmarks/results/2026-12-07e-offload-batch/next.sh
+set -u; T0=$(date +%s); source .gpu/setup.sh; outputs wp3
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$DEV"
 cd .gpu/src
-folders llama-1b $([ "${PART:-1}" = 3 ] || echo llama-3.2-3b)
-if [ "${PART:-1}" = 1 ]; then
-  fits 200 && python3 benchmarks/gpu_peers.py --out $W/peers --micro-batch-size 8 --steps 20 --warmup 5 --rounds 2 \
-    --pairs "fsdp=fsdp2_liger;zero3=" 2>&1 | q
-  fits 250 && python3 benchmarks/gpu_peers.py --out $W/peers --model llama-3.2-3b --micro-batch-size 4 --steps 20 --warmup 6 \
-    --rounds 2 --pairs "fsdp=fsdp2_liger" 2>&1 | q
-elif [ "${PART:-1}" = 2 ]; then
-  MB3=$(python3 -m shardlab.recipes.cli plan --model llama-3.2-3b --strategy fsdp --json | python3 -c "import json,sys; print(json.load(sys.stdin)['micro_batch_size'])")
-  echo "goal 4: micro-batch $MB3 at $(el)s"
-  G3="python3 benchmarks/gpu_peers.py --out $W/peers --model llama-3.2-3b --steps 20 --warmup 6"
-  fits 90 && $G3 --micro-batch-size $MB3 --pairs "fsdp=" 2>&1 | q
-  for s in zero3 zero3; do fits 80 && $G3 --micro-batch-size 4 --pairs "$s=" 2>&1 | q; done  # goal 2's 3B zero3 side
-else
-  offload_batch llama-1b
-  # goal 3 at the selector's batch: the Trainer's offload + Liger against the defaults and gpu-accum, two rounds
-  O="python3 benchmarks/gpu_peers.py --out $W/peers --offload-steps 4 --offload-warmup 1 --micro-batch-size $MB --grad-accum $GA"
-  fits 400 && $O --pairs "zero3_offload=zero3_offload_liger" --rounds 2 2>&1 | q  # about 190 s a round (2026-12-07g)
-  R="python3 -m shardlab.recipes.cli run --model llama-1b --strategy zero3_offload --precision bf16-mixed --seq-len 2048 --no-export --metrics none --micro-batch-size $MB --grad-accum $GA --max-steps 10"
-  fits 150 && { SHARDLAB_PROFILE=$W/profile-r1.txt timeout 150 $R --output $W/rp > $W/rp.log 2>&1; echo "profile rc $? at $(el)s"; sed -n '1,14p;/top 25 host/,+16p;/device idle/,$p' $W/profile-r1.txt | cut -c1-220; }
-fi
+folders llama-1b
+offload_batch llama-1b
+# goal 3 at the selector's batch: the Trainer's offload + Liger beside the defaults, in both orders
+O="python3 benchmarks/gpu_peers.py --out $W/peers --offload-steps 4 --offload-warmup 1 --micro-batch-size $MB --grad-accum $GA"
+fits 400 && $O --pairs "zero3_offload=zero3_offload_liger" --rounds 2 2>&1 | q  # about 190 s a round (2026-12-07g)
+R="python3 -m shardlab.recipes.cli run --model llama-1b --strategy zero3_offload --precision bf16-mixed --seq-len 2048 --no-export --metrics none --micro-batch-size $MB --grad-accum $GA --max-steps 10"
+fits 150 && { SHARDLAB_PROFILE=$W/profile-r1.txt timeout 150 $R --output $W/rp > $W/rp.log 2>&1; echo "profile rc $? at $(el)s"; sed -n '1,14p;/top 25 host/,+16p;/device idle/,$p' $W/profile-r1.txt | cut -c1-220; }
 echo total $(el)s
