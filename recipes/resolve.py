@@ -156,8 +156,8 @@ def resolve_run(cfg: RunConfig, for_run: bool = True, need_memory: bool = True) 
     # Every candidate estimated again, at the final micro-batch and checkpointing: the choice above was made at
     # micro-batch 1 when `auto` (what fits at all decides the preset; the micro-batch then follows from it),
     # while the table shows the run that trains.
-    given = None if cfg.experiments is None else tuple(cfg.experiments)
-    rows = [_row(r) for r in selector.table(_candidates(budget.hw, shape, work, precision, preset.name, given), budget)]
+    rows = [_row(r) for r in selector.table(
+        _candidates(budget.hw, shape, work, precision, preset.name, cfg.experiments), budget)]
     return run.model_copy(update={
         "candidates": rows, "largest_micro_batch": largest,
         "estimate": None if estimate is None else {"gpu_bytes": estimate.gpu_bytes, "cpu_bytes": estimate.cpu_bytes,
@@ -205,7 +205,7 @@ def _preset(cfg: RunConfig, budget: selector.Budget, shape: memory.Shape, work: 
     under `auto`, else None; workload). Nothing fits under `auto`: NothingFits."""
     decision = None
     if cfg.strategy == "auto":
-        given = None if cfg.experiments is None else tuple(cfg.experiments)  # the memory of the levers asked for
+        given = cfg.experiments  # the levers asked for: their memory counts for each preset that offers them
         candidates = _candidates(budget.hw, shape, work, work.precision, given=given)
         # checkpointing not given: the selector weighs it against offload (each candidate estimated with it too)
         checkpointed = None if cfg.activation_checkpointing is not None else _candidates(
@@ -286,7 +286,7 @@ def _row(r: selector.Row) -> dict[str, Any]:
 
 
 def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, precision: str,
-                chosen: Optional[str] = None, given: Optional[tuple[str, ...]] = None,
+                chosen: Optional[str] = None, given: Optional[list[str]] = None,
                 ) -> dict[str, tuple[registry.Preset, Optional[memory.Estimate]]]:
     """Every preset that can run here, with its estimate for this workload. Its levers: the run's for the chosen
     preset; the user's --experiments (given) for each preset that offers them all, as it would run them; else its
@@ -297,7 +297,7 @@ def _candidates(hw: Hardware, shape: memory.Shape, work: memory.Workload, precis
         if (caps.gpu if hw.accelerator == "gpu" else caps.cpu) and precision in caps.precisions \
                 and (hw.num_nodes == 1 or caps.multi_node):
             levers = work.experiments if name == chosen else \
-                given if given is not None and set(given) <= set(caps.experiments) else None
+                tuple(given) if given is not None and set(given) <= set(caps.experiments) else None
             out[name] = (preset, preset.build().estimate(shape, dataclasses.replace(
                 work, compiled=_compiled(preset, work, hw.accelerator), experiments=levers)))
     return out

@@ -86,7 +86,8 @@ ZERO3_OFFLOAD = {
 # 46.98 -> 49.18 GB (+2.20 GB, llama-1b's 16-bit gradients, as the estimate counts), losses within bf16 noise, its memory
 # points measured (results/2026-12-07g-gpu-accum.md). Not a default: zero3_offload is chosen to save GPU memory, and
 # 2 bytes a parameter can push a run off it (Llama-3.1-8B, micro-batch 1, one 40 GiB GPU: 31.1 GiB -> 46.0 GiB, so
-# zero2_offload or zero3_offload_all); the selector spends headroom on a smaller --offload-ratio instead (R = 0.1 ran 70,209 there, 2026-12-07e)
+# zero2_offload or zero3_offload_all); the selector spends headroom on a smaller --offload-ratio instead (R = 0.1
+# ran 70,209 there, 2026-12-07e)
 ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm", "gpu-cast")
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned

@@ -188,7 +188,7 @@ GPU_ACCUM = ("--experiments", "gpu-grads,overlap-comm,gpu-cast,gpu-accum")
 ])
 def test_auto_weighs_the_memory_of_the_experiments_asked_for(capsys, flags, choice, gib):
     """`--strategy auto --experiments`: the selector estimates each preset that offers the levers with them, so it does
-    not choose zero3_offload with gpu-accum as fitting at its defaults' 31 GiB (it ran 46.0 GiB and said 'fits'). Where
+    not choose zero3_offload with gpu-accum as fitting at its defaults' 31 GiB (it needs 46.0 by the estimate). Where
     it then chooses a preset that lacks the levers, one line says which, why, and the fix (exit 2)."""
     rc, text, err = _plan(capsys, "--model", "llama-3.1-8b", "--gpus", "1", "--gpu-memory-gib", "40",
                           "--cpu-memory-gib", "256", "--strategy", "auto", "--offload", "optimizer", *flags, "--json")
