@@ -147,6 +147,13 @@ class ZeRO(Strategy):
     def check(self, ctx: RunContext) -> None:
         super().check(ctx)
         experiments.check_together(ctx.experiments)
+        if "overlap-step" in ctx.experiments and (ctx.world_size > 1 or ctx.compile):
+            from shardlab.core.errors import UserError
+
+            why = (f"runs on one GPU only (one rank's fetch reads no partition; {ctx.world_size} ranks would gather "
+                   f"before the wait); use --devices 1" if ctx.world_size > 1 else
+                   "its wait is in the eager parameter read that torch.compile's graphs skip; drop --compile")
+            raise UserError(f"--experiments overlap-step: {why}, or drop the experiment")
 
     def warnings(self, ctx: RunContext) -> list[str]:
         # On a GPU the ratio is measured (one H200, llama-1b: losses within bf16 noise of ratio 1, the peak within 0.1%
@@ -154,6 +161,9 @@ class ZeRO(Strategy):
         ratio = [] if ctx.offload_ratio == 1 or ctx.accelerator != "cpu" else [
             f"--offload-ratio {ctx.offload_ratio:g}: on CPU processes DeepSpeed keeps every part of the optimizer on the "
             f"CPU: the same run as ratio 1"]
+        if "overlap-step" in ctx.experiments and ctx.accelerator == "gpu":  # until benchmarks/results measures it
+            ratio.append("--experiments overlap-step: not yet measured on a GPU (on CPU processes it trains the "
+                         "defaults' model to the bit); time it against the defaults before relying on it")
         return ratio
 
     def fused_adamw(self, ctx: RunContext) -> bool:
@@ -243,6 +253,7 @@ class ZeRO(Strategy):
 
     def full_state_dict(self, model: torch.nn.Module) -> Optional[dict[str, torch.Tensor]]:
         # The fp32 master copy (the optimizer's), not the 16-bit module weights: collective under ZeRO-3.
+        settle_overlap()  # overlap-step's queued CPU step first
         import torch
         from deepspeed.utils import safe_get_full_fp32_param
 
@@ -255,17 +266,31 @@ class ZeRO(Strategy):
 
     # Portable checkpoints (recipes/portable.py) through DeepSpeed's per-parameter API: deepspeed_portable.py.
     def portable_state(self, model, optimizer):
+        settle_overlap()  # overlap-step's queued CPU step first
         from shardlab.strategies import deepspeed_portable
 
         return deepspeed_portable.state(model, optimizer, self.stage)
 
     def portable_step(self, optimizer) -> int:
+        settle_overlap()  # overlap-step's queued CPU step first
         return adam_step(optimizer.optimizer)
 
     def load_portable(self, model, optimizer, read, step) -> None:
+        settle_overlap()  # overlap-step's queued CPU step first
         from shardlab.strategies import deepspeed_portable
 
         deepspeed_portable.load(model, optimizer, read, step, self.stage)
+
+
+def settle_overlap() -> None:
+    """overlap-step's queued CPU step (deepspeed_offload_overlap.py) finished, where a run installed it: before the
+    weights or the optimizer's state are read in bulk."""
+    import sys
+
+    overlap = sys.modules.get("shardlab.strategies.deepspeed_offload_overlap")
+    if overlap is not None:
+        overlap.settle_all()
+
 
 def load_into_partitioned(model: torch.nn.Module, source: ModelSource) -> None:
     """Copy the folder's weights into ZeRO-3 partitioned parameters: rank 0 reads one tensor at a time,

@@ -66,6 +66,9 @@ ZERO3_OFFLOAD = {
                  "once a step at the accumulation boundary (DeepSpeed moves them to pinned CPU memory and back at each "
                  "micro-batch); offered, not a default: +6.5% tokens/s at the selector's offload batch for 2 bytes a "
                  "parameter of the GPU memory offload is chosen to save",
+    "overlap-step": "one GPU only, needs gpu-cast: the CPU-stepped sub-groups' clip, AdamW and copy to the GPU run on a "
+                    "host thread once the step returns, beside the next forward, whose first read of each parameter "
+                    "waits only for its own sub-group (the same arithmetic); offered, not yet measured on a GPU",
 }
 # overlap-comm: on one H100 at the selector's offload batch (R = 1, on top of gpu-grads), each pair in both orders
 # beside the Trainer's offload + Liger (which sets overlap_comm) of the same call: the 3B shape (8 x 8) 14,613 ->
@@ -92,14 +95,15 @@ ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm", "gpu-cas
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned
 PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "gpu-accum", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait",
-           "direct-grads")
+           "direct-grads", "overlap-step")
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 # those that can be switched off and on between steps of one run (Capabilities.switchable, SHARDLAB_AB)
 SWITCHABLE = {"zero3": ("no-fetch-sync", "param-lists", "no-nvtx", "late-wait")}
 # a lever that works through another's code, with why: late-wait hands its check to the fused AdamW fused-step asks for
 NEEDS = {"late-wait": ("fused-step", "its fused AdamW"),
-         "direct-grads": ("fused-step", "its clip as the AdamW's divisor")}
+         "direct-grads": ("fused-step", "its clip as the AdamW's divisor"),
+         "overlap-step": ("gpu-cast", "its non-blocking copies are the ones the thread queues")}
 # the levers that are code, not config: the module whose install(...) puts each in place, given the engine's model,
 # its ZeRO optimizer or nothing (the process), in the order they are installed
 INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("deepspeed_param_lists", "model"),
@@ -107,9 +111,10 @@ INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("dee
              "late-wait": ("deepspeed_late_wait", "optimizer"), "gpu-cast": ("deepspeed_offload_cast", "optimizer"),
              "gpu-grads": ("deepspeed_offload_grads", "optimizer"),  # before gpu-accum: it moves what is left
              "gpu-accum": ("deepspeed_offload_accum", "optimizer"),
+             "overlap-step": ("deepspeed_offload_overlap", "optimizer"),  # after gpu-cast: it queues gpu-cast's copies
              "direct-grads": ("deepspeed_direct_grads", "optimizer")}
 
-PRIVATE_DEEPSPEED = "0.19.8"  # fused-step, gpu-cast, gpu-grads, gpu-accum, no-fetch-sync, param-lists, late-wait, direct-grads
+PRIVATE_DEEPSPEED = "0.19.8"  # the PRIVATE levers
 # replace private code of this version's ZeRO-3, no-nvtx sets a flag of its nvtx module
 
 
@@ -147,6 +152,8 @@ def refusal(name: str, precision: str) -> str:
     if version("deepspeed") != PRIVATE_DEEPSPEED:
         return (f"written against DeepSpeed {PRIVATE_DEEPSPEED}, and deepspeed {version('deepspeed')} is installed; "
                 f"pip install deepspeed=={PRIVATE_DEEPSPEED} or drop the experiment")
+    if name == "overlap-step" and precision == "16-mixed":
+        return "not yet run under fp16 loss scaling (16-mixed); use bf16-mixed or drop the experiment"
     if name in NEEDS:  # a lever that works through another cannot run where that one cannot
         return refusal(NEEDS[name][0], precision)
     if name == "fused-step" and precision == "16-mixed":

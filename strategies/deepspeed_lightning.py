@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 
+from shardlab.strategies.deepspeed import settle_overlap
 from shardlab.strategies.deepspeed_experiments import INSTALLED
 
 
@@ -24,7 +25,7 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
     _setup_model_and_optimizer fix that; `backward` fixes a numerics bug on every device (see there).
     experiments: the run's levers; zero3's `fused-step` replaces three parts of the ZeRO-3 step
     (deepspeed_zero3_step.py), `no-fetch-sync` its one-rank fetch (deepspeed_fetch.py), zero3_offload's `gpu-cast` the
-    copy of CPU-stepped weights (deepspeed_offload_cast.py).
+    copy of CPU-stepped weights (deepspeed_offload_cast.py); the rest: deepspeed_experiments.INSTALLED.
     """
 
     def __init__(self, *args, experiments: tuple[str, ...] = (), **kwargs) -> None:
@@ -51,6 +52,20 @@ class _LightningDeepSpeed(DeepSpeedStrategy):
         _device_constructors()
         with super().model_sharded_context():
             yield
+
+    # overlap-step (deepspeed_offload_overlap.py) leaves the optimizer's CPU step running on a thread after the step:
+    # DeepSpeed's checkpoint reads the weights and the optimizer's state, and the end of training ends the process
+    def save_checkpoint(self, *args, **kwargs):  # type: ignore[override]
+        settle_overlap()
+        return super().save_checkpoint(*args, **kwargs)
+
+    def load_checkpoint(self, *args, **kwargs):  # type: ignore[override]
+        settle_overlap()
+        return super().load_checkpoint(*args, **kwargs)
+
+    def teardown(self) -> None:
+        settle_overlap()
+        super().teardown()
 
     def setup_environment(self) -> None:
         DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
