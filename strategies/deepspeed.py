@@ -161,9 +161,6 @@ class ZeRO(Strategy):
         ratio = [] if ctx.offload_ratio == 1 or ctx.accelerator != "cpu" else [
             f"--offload-ratio {ctx.offload_ratio:g}: on CPU processes DeepSpeed keeps every part of the optimizer on the "
             f"CPU: the same run as ratio 1"]
-        if "overlap-step" in ctx.experiments and ctx.accelerator == "gpu":  # until benchmarks/results measures it
-            ratio.append("--experiments overlap-step: not yet measured on a GPU (on CPU processes it trains the "
-                         "defaults' model to the bit); time it against the defaults before relying on it")
         return ratio
 
     def fused_adamw(self, ctx: RunContext) -> bool:

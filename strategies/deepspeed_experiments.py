@@ -68,8 +68,13 @@ ZERO3_OFFLOAD = {
                  "parameter of the GPU memory offload is chosen to save",
     "overlap-step": "one GPU only, needs gpu-cast: the CPU-stepped sub-groups' clip, AdamW and copy to the GPU run on a "
                     "host thread once the step returns, beside the next forward, whose first read of each parameter "
-                    "waits only for its own sub-group (the same arithmetic); offered, not yet measured on a GPU",
+                    "waits only for its own sub-group (the same arithmetic); offered, not a default: +2.5-3.8% "
+                    "tokens/s at the selector's offload batch on one H100, the same peak",
 }
+# overlap-step: on one H100 at the selector's offload batch (llama-1b, 16 x 4, R = 1), alternating with the defaults in
+# one call: 55,352 -> 57,460 tokens/s on the means (+3.8%; +2.5% without the call's first run), +2.3% on top of
+# gpu-accum in another, every peak the same to the byte, losses within bf16 noise (results/2026-12-08-overlap-step.md).
+# Not a default: one GPU only (the defaults do not depend on the world size), and the memory points not re-measured
 # overlap-comm: on one H100 at the selector's offload batch (R = 1, on top of gpu-grads), each pair in both orders
 # beside the Trainer's offload + Liger (which sets overlap_comm) of the same call: the 3B shape (8 x 8) 14,613 ->
 # 17,358 / 17,459 tokens/s (+19%; 0.979x / 0.985x the Trainer's 17,722; +24% in one earlier pair, 2026-12-06g-cast),

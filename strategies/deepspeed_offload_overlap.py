@@ -23,10 +23,14 @@ checkpoint, the export, the portable checkpoint, the end of training.
 
 One rank only: on one rank ZeRO-3's fetch gathers nothing, it points each parameter at its partition (NoGatherHandle),
 so the first read is in `_parameters`; on several the all-gather would read the partition before it. Needs gpu-cast
-(its copies are the ones queued). Offered, not a default: not yet measured on a GPU. Predicted on one H100 at the
-selector's offload batch: up to the first micro-batch's forward hidden, about 0.14 s of 2.3 s (+4-7%); on an H200 at
-its 32 x 2, about 0.3 s (+10-15%). On CPU processes the partitions are CPU memory and the copy runs in order, so CI
-runs this code on one rank against the defaults' losses to the bit (tests/strategies/test_offload_overlap.py).
+(its copies are the ones queued). On one H100 at the selector's offload batch (llama-1b, 16 x 4, R = 1; results/
+2026-12-08-overlap-step.md), alternating in one call: 55,352 -> 57,460 tokens/s on the means (+3.8%; +2.5% without the
+call's first run), and +2.3% on top of gpu-accum; the peak the same to the byte, losses within bf16 noise (predicted
++4-7%). After the first step 1-4 reads a step waited: the host no longer waits for the CPU's AdamW, but the copies to
+the GPU run on the forward's stream, one after another with its kernels (their own stream is the next step, not
+built). Offered, not a default: one GPU only, and zero3_offload's memory points not re-measured under it. On CPU
+processes the partitions are CPU memory and the copy runs in order, so CI runs this code on one rank against the
+defaults' losses to the bit (tests/strategies/test_offload_overlap.py).
 With SHARDLAB_TRACE set, each step notes how many sub-groups it queued (`zero3-offload-overlap N`), and each settle how
 many parameter reads waited for one (`zero3-offload-overlap-waited N`: 0 means the thread was done first).
 """

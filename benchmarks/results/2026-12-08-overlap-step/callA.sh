@@ -1,6 +1,6 @@
-# Written 2026-12-07 (twenty-eighth session), before any run. One call, on either card, carrying .carry and .gpu (after
-# `bash benchmarks/gpu_pack.sh --src`), timeout 590, LIMIT below it:
-#   LIMIT=555 bash benchmarks/results/2026-12-07h-overlap-step/next.sh
+# Written 2026-12-07 (twenty-eighth session), before any run; run as call A on 2026-12-08 (an H100 came). One call, on
+# either card, carrying .carry and .gpu (after `bash benchmarks/gpu_pack.sh --src`), timeout 590, LIMIT below it:
+#   LIMIT=555 bash benchmarks/results/2026-12-08-overlap-step/callA.sh
 # Why: overlap-step (strategies/deepspeed_offload_overlap.py, new, CPU-tested only) runs the CPU sub-groups' clip,
 # AdamW and copy on a host thread beside the next forward. Measured here at the selector's offload batch (R = 1),
 # alternating default, overlap-step, overlap-step, default, then the Trainer's offload + Liger of the same call.
