@@ -70,6 +70,9 @@ ZERO3_OFFLOAD = {
                     "host thread once the step returns, beside the next forward, whose first read of each parameter "
                     "waits only for its own sub-group (the same arithmetic); offered, not a default: +2.5-3.8% "
                     "tokens/s at the selector's offload batch on one H100, the same peak",
+    "copy-stream": "with overlap-step: the copies of the CPU-stepped weights to the GPU on a CUDA stream of their own, "
+                   "beside the next forward's kernels (each sub-group's first read waits for its copy on the device); "
+                   "offered, not yet measured on a GPU",
 }
 # overlap-step: on one H100 at the selector's offload batch (llama-1b, 16 x 4, R = 1), alternating with the defaults in
 # one call: 55,352 -> 57,460 tokens/s on the means (+3.8%; +2.5% without the call's first run), +2.3% on top of
@@ -100,7 +103,7 @@ ZERO3_OFFLOAD_DEFAULTS: tuple[str, ...] = ("gpu-grads", "overlap-comm", "gpu-cas
 GPU_CAST_SUB_GROUP_SIZE = int(1e8)  # DeepSpeed's default 1e9 makes llama-1b two sub-groups: little to overlap
 # levers on DeepSpeed's private code or flags: its version pinned
 PRIVATE = ("fused-step", "gpu-cast", "gpu-grads", "gpu-accum", "no-fetch-sync", "param-lists", "no-nvtx", "late-wait",
-           "direct-grads", "overlap-step")
+           "direct-grads", "overlap-step", "copy-stream")
 # what each preset offers (Capabilities.experiments) and runs by default (Capabilities.default_experiments)
 OFFERED = {"zero3": (ZERO3, ZERO3_DEFAULTS), "zero3_offload": (ZERO3_OFFLOAD, ZERO3_OFFLOAD_DEFAULTS)}
 # those that can be switched off and on between steps of one run (Capabilities.switchable, SHARDLAB_AB)
@@ -108,7 +111,8 @@ SWITCHABLE = {"zero3": ("no-fetch-sync", "param-lists", "no-nvtx", "late-wait")}
 # a lever that works through another's code, with why: late-wait hands its check to the fused AdamW fused-step asks for
 NEEDS = {"late-wait": ("fused-step", "its fused AdamW"),
          "direct-grads": ("fused-step", "its clip as the AdamW's divisor"),
-         "overlap-step": ("gpu-cast", "its non-blocking copies are the ones the thread queues")}
+         "overlap-step": ("gpu-cast", "its non-blocking copies are the ones the thread queues"),
+         "copy-stream": ("overlap-step", "its thread queues the copies")}
 # the levers that are code, not config: the module whose install(...) puts each in place, given the engine's model,
 # its ZeRO optimizer or nothing (the process), in the order they are installed
 INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("deepspeed_param_lists", "model"),
@@ -117,6 +121,7 @@ INSTALLED = {"no-fetch-sync": ("deepspeed_fetch", "model"), "param-lists": ("dee
              "gpu-grads": ("deepspeed_offload_grads", "optimizer"),  # before gpu-accum: it moves what is left
              "gpu-accum": ("deepspeed_offload_accum", "optimizer"),
              "overlap-step": ("deepspeed_offload_overlap", "optimizer"),  # after gpu-cast: it queues gpu-cast's copies
+             "copy-stream": ("deepspeed_offload_copy_stream", "optimizer"),  # after overlap-step: its queue's stream
              "direct-grads": ("deepspeed_direct_grads", "optimizer")}
 
 PRIVATE_DEEPSPEED = "0.19.8"  # the PRIVATE levers

@@ -27,8 +27,8 @@ so the first read is in `_parameters`; on several the all-gather would read the 
 2026-12-08-overlap-step.md), alternating in one call: 55,352 -> 57,460 tokens/s on the means (+3.8%; +2.5% without the
 call's first run), and +2.3% on top of gpu-accum; the peak the same to the byte, losses within bf16 noise (predicted
 +4-7%). After the first step 1-4 reads a step waited: the host no longer waits for the CPU's AdamW, but the copies to
-the GPU run on the forward's stream, one after another with its kernels (their own stream is the next step, not
-built). Offered, not a default: one GPU only, and zero3_offload's memory points not re-measured under it. On CPU
+the GPU run on the forward's stream, one after another with its kernels (`copy-stream` puts them on a stream of their
+own: deepspeed_offload_copy_stream.py, not yet measured). Offered, not a default: one GPU only, and zero3_offload's memory points not re-measured under it. On CPU
 processes the partitions are CPU memory and the copy runs in order, so CI runs this code on one rank against the
 defaults' losses to the bit (tests/strategies/test_offload_overlap.py).
 With SHARDLAB_TRACE set, each step notes how many sub-groups it queued (`zero3-offload-overlap N`), and each settle how
@@ -45,21 +45,32 @@ import torch
 
 from shardlab.core import trace
 
-READY = "_shardlab_ready"  # on a parameter: its sub-group's threading.Event, set once its new weights are queued
+READY = "_shardlab_ready"  # on a parameter: its sub-group's _Gate
 _LIVE: "weakref.WeakSet[_Queue]" = weakref.WeakSet()
 _active = 0  # queues with work not yet settled: while 0, a parameter read does not look for READY
 _failed: Optional[BaseException] = None  # what a queue's thread raised (a read that waited on it raises it)
 _waited = 0  # reads that waited for a sub-group since the last settle (SHARDLAB_TRACE notes it)
 
 
+class _Gate:
+    """A sub-group between a step that queued its work and the first read of one of its parameters."""
+
+    __slots__ = ("ready", "copied", "pending")
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()  # set once the thread has queued the sub-group's copy
+        self.ready.set()
+        self.copied: Any = None  # copy-stream: the CUDA event after that copy, for the reading stream to wait for
+        self.pending = False  # set when the step queues it; the first read (on the main thread) clears it
+
+
 class _Queue:
-    """One ZeRO-3 optimizer's deferred CPU work, the thread that runs it, and each sub-group's ready event."""
+    """One ZeRO-3 optimizer's deferred CPU work, the thread that runs it, and each sub-group's gate."""
 
     def __init__(self, zero) -> None:
         self.zero = weakref.proxy(zero)
-        self.ready = [threading.Event() for _ in zero.fp16_groups]
-        for event in self.ready:
-            event.set()
+        self.gates = [_Gate() for _ in zero.fp16_groups]
+        self.side: Any = None  # copy-stream (deepspeed_offload_copy_stream.py): the CUDA stream the copies run on
         self.work: list[tuple[int, dict[str, Any]]] = []  # (sub-group, its param group's hyperparameters) in order
         self.factor: Any = None  # the clip's multiplier of this step (a CPU value)
         self.deferring = False
@@ -71,6 +82,9 @@ class _Queue:
         if not self.work:
             return
         stream = torch.cuda.current_stream() if torch.cuda.is_available() and self._on_gpu() else None
+        if stream is not None and self.side is not None:
+            self.side.wait_stream(stream)  # the copies overwrite weights that the queued backward may still read
+            stream = self.side
         _active += 1
         self.thread = threading.Thread(target=self._run, args=(list(self.work), self.factor, stream),
                                        name="shardlab-overlap-step", daemon=True)
@@ -93,12 +107,16 @@ class _Queue:
                     fp32.grad.mul_(factor)
                     _cpu_adam(zero.optimizer, fp32, hyper)
                     zero._reassign_or_swap_out_partitioned_parameters(sub_group)
-                    self.ready[sub_group].set()
+                    gate = self.gates[sub_group]
+                    if self.side is not None:
+                        gate.copied = torch.cuda.Event()
+                        gate.copied.record(self.side)
+                    gate.ready.set()
         except BaseException as e:  # the waiting side raises it
             self.error = _failed = e
         finally:
-            for event in self.ready:
-                event.set()
+            for gate in self.gates:
+                gate.ready.set()
 
     def settle(self) -> None:
         """Wait for the queue's thread and its last copy; raise what the thread raised."""
@@ -113,7 +131,11 @@ class _Queue:
         _waited = 0
         copies, self.zero._shardlab_copies = self.zero._shardlab_copies, None
         if copies:
-            copies.synchronize()
+            copies.synchronize()  # the next step's AdamW writes what the copies read
+        if self.side is not None:
+            torch.cuda.current_stream().wait_stream(self.side)  # for the sub-groups no read has waited on
+        for gate in self.gates:
+            gate.pending, gate.copied = False, None
         if self.error is not None:
             error, self.error = self.error, None
             raise RuntimeError("overlap-step: the optimizer's CPU step failed on its thread") from error
@@ -130,18 +152,19 @@ class _nothing:
 def install(zero) -> int:
     """Queue the CPU sub-groups' step on this DeepSpeedZeroOptimizer_Stage3 instance (after gpu-cast's install).
     Returns how many sub-groups it can queue (those stepped on the CPU)."""
-    if not zero.offload_optimizer or zero.swap_optimizer or getattr(zero, "_shardlab_copies", "absent") == "absent":
+    if not zero.offload_optimizer or zero.swap_optimizer or not hasattr(zero, "_shardlab_copies"):
         raise RuntimeError("overlap-step needs ZeRO-3 optimizer offload to the CPU and gpu-cast installed before it")
     queue = zero._shardlab_overlap = _Queue(zero)
     _LIVE.add(queue)
     cpu = [i for i in range(len(zero.fp16_groups)) if _cpu_stepped(zero, i)]
     for i in cpu:
         for param in zero.fp16_groups[i]:
-            setattr(param, READY, queue.ready[i])
+            setattr(param, READY, queue.gates[i])
     zero.step = types.MethodType(_step, zero)
     zero.unscale_and_clip_grads = types.MethodType(_clip, zero)
     zero._optimizer_step = types.MethodType(_optimizer_step, zero)
-    zero._reassign_or_swap_out_partitioned_parameters = _deferring(zero, zero._reassign_or_swap_out_partitioned_parameters)
+    update = zero._reassign_or_swap_out_partitioned_parameters  # gpu-cast's copy
+    zero._reassign_or_swap_out_partitioned_parameters = _deferring(zero, update)
     for name in ("backward_prologue", "state_dict", "load_state_dict"):
         setattr(zero, name, _settled_first(zero, getattr(zero, name)))
     _wait_on_read()
@@ -192,7 +215,9 @@ def _optimizer_step(self, sub_group_id):
     if not (queue.deferring and _cpu_stepped(self, sub_group_id)):
         return type(self)._optimizer_step(self, sub_group_id)
     group = self.optimizer.param_groups[self.sub_group_to_group_id[sub_group_id]]
-    queue.ready[sub_group_id].clear()
+    gate = queue.gates[sub_group_id]
+    gate.ready.clear()
+    gate.copied, gate.pending = None, True
     queue.work.append((sub_group_id, {k: v for k, v in group.items() if k != "params"}))
 
 
@@ -252,13 +277,17 @@ def _wait_on_read() -> None:
     def __getitem__(self, key):
         param = read(self, key)
         if _active and param is not None:
-            ready = getattr(param, READY, None)
-            if ready is not None and not ready.is_set():
-                global _waited
-                _waited += 1
-                ready.wait()
-                if _failed is not None:
-                    raise RuntimeError("overlap-step: the optimizer's CPU step failed on its thread") from _failed
+            gate = getattr(param, READY, None)
+            if gate is not None and gate.pending:
+                if not gate.ready.is_set():
+                    global _waited
+                    _waited += 1
+                    gate.ready.wait()
+                    if _failed is not None:
+                        raise RuntimeError("overlap-step: the optimizer's CPU step failed on its thread") from _failed
+                if gate.copied is not None:  # copy-stream: the kernels this read feeds run after the copy
+                    torch.cuda.current_stream().wait_event(gate.copied)
+                gate.pending = False
         return param
 
     ZeROOrderedDict.__getitem__ = __getitem__

@@ -5,8 +5,9 @@ One rank (the lever's only setting), the Llama 3 shape (tests/conftest.py LLAMA3
 validation every 2 steps, a checkpoint every 2) with accumulation 2, and DeepSpeed's sub_group_size made small through
 the user's --deepspeed-config, so that the tiny model steps in several sub-groups and the forward's first reads wait on
 the first ones while the thread steps the rest. Losses, validation losses, the checkpoints' portable state (written
-while a queued step could still be running) and the export must be the defaults' to the bit. The refusals are checked
-in-process.
+while a queued step could still be running) and the export must be the defaults' to the bit. copy-stream (the copies
+on a CUDA stream of their own) rides along: on CPU processes it installs and leaves the copies in order. The refusals
+are checked in-process.
 """
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ def test_overlap_step_trains_what_the_defaults_train(train, tmp_path_factory):
     flags = (*LLAMA3, "--grad-accum", "2", "--devices", "1", "--deepspeed-config", str(config))
     defaults, overlapped = train.many([
         ("zero3_offload", flags, None),
-        ("zero3_offload", (*flags, "--experiments", "gpu-grads,overlap-comm,gpu-cast,overlap-step"),
+        ("zero3_offload", (*flags, "--experiments", "gpu-grads,overlap-comm,gpu-cast,overlap-step,copy-stream"),
          {"SHARDLAB_TRACE": str(trace)}),
     ])
-    assert overlapped["config"]["experiments"] == ["gpu-grads", "overlap-comm", "gpu-cast", "overlap-step"]
+    assert overlapped["config"]["experiments"] == ["gpu-grads", "overlap-comm", "gpu-cast", "overlap-step",
+                                                   "copy-stream"]
     assert defaults["config"]["experiments"] == ["gpu-grads", "overlap-comm", "gpu-cast"]
     assert defaults["losses"][-1] < defaults["losses"][0]
     assert overlapped["losses"] == defaults["losses"]
@@ -44,6 +46,9 @@ def test_overlap_step_trains_what_the_defaults_train(train, tmp_path_factory):
     queued = Counter(line.split()[1] for line in trace.read_text().splitlines()
                      if line.startswith("zero3-offload-overlap "))
     assert sum(queued.values()) == len(defaults["losses"]) and all(int(n) >= 3 for n in queued), queued
+    # copy-stream installed after it, and idle: CPU processes have no CUDA stream (its path is the GPU's)
+    assert [line.split()[1] for line in trace.read_text().splitlines()
+            if line.startswith("zero3-offload-copy-stream ")] == ["0"]
     ours, theirs = (Path(run["output"]) for run in (overlapped, defaults))
     assert _digests(ours / "hf") == _digests(theirs / "hf") and _digests(ours / "hf")
     portable = {p: d for p, d in _digests(ours / "checkpoints").items() if "portable" in p}
@@ -55,6 +60,7 @@ def test_overlap_step_trains_what_the_defaults_train(train, tmp_path_factory):
     ({"compile": True}, r"--experiments overlap-step: its wait is in the eager parameter read .*drop --compile"),
     ({"precision": "16-mixed"}, r"--experiments overlap-step: not yet run under fp16 loss scaling"),
     ({"experiments": ("overlap-step",)}, r"overlap-step works through gpu-cast .*add it"),
+    ({"experiments": ("gpu-cast", "copy-stream")}, r"copy-stream works through overlap-step .*add it"),
 ])
 def test_overlap_step_is_refused_where_its_wait_would_not_hold(change, refusal):
     from shardlab.core import registry
