@@ -28,14 +28,15 @@ so the first read is in `_parameters`; on several the all-gather would read the 
 call's first run), and +2.3% on top of gpu-accum; the peak the same to the byte, losses within bf16 noise (predicted
 +4-7%). After the first step 1-4 reads a step waited: the host no longer waits for the CPU's AdamW, but the copies to
 the GPU run on the forward's stream, one after another with its kernels (`copy-stream` puts them on a stream of their
-own: deepspeed_offload_copy_stream.py, not yet measured). Offered, not a default: one GPU only, and zero3_offload's memory points not re-measured under it. On CPU
-processes the partitions are CPU memory and the copy runs in order, so CI runs this code on one rank against the
-defaults' losses to the bit (tests/strategies/test_offload_overlap.py).
+own: deepspeed_offload_copy_stream.py, not yet measured). Offered, not a default: one GPU only, and zero3_offload's
+memory points not re-measured under it. On CPU processes the partitions are CPU memory and the copy runs in order, so
+CI runs this code on one rank against the defaults' losses to the bit (tests/strategies/test_offload_overlap.py).
 With SHARDLAB_TRACE set, each step notes how many sub-groups it queued (`zero3-offload-overlap N`), and each settle how
 many parameter reads waited for one (`zero3-offload-overlap-waited N`: 0 means the thread was done first).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import types
 import weakref
@@ -101,7 +102,7 @@ class _Queue:
         try:
             if stream is not None:
                 torch.cuda.set_device(stream.device)
-            with torch.cuda.stream(stream) if stream is not None else _nothing():
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 for sub_group, hyper in work:
                     fp32 = zero.fp32_partitioned_groups_flat[sub_group]
                     fp32.grad.mul_(factor)
@@ -139,14 +140,6 @@ class _Queue:
         if self.error is not None:
             error, self.error = self.error, None
             raise RuntimeError("overlap-step: the optimizer's CPU step failed on its thread") from error
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def install(zero) -> int:
@@ -275,12 +268,12 @@ def _wait_on_read() -> None:
     read = ZeROOrderedDict.__getitem__
 
     def __getitem__(self, key):
+        global _waited
         param = read(self, key)
         if _active and param is not None:
             gate = getattr(param, READY, None)
             if gate is not None and gate.pending:
                 if not gate.ready.is_set():
-                    global _waited
                     _waited += 1
                     gate.ready.wait()
                     if _failed is not None:
