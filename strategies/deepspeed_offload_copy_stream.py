@@ -30,7 +30,7 @@ def install(zero) -> bool:
     queue = getattr(zero, "_shardlab_overlap", None)
     if queue is None:
         raise RuntimeError("copy-stream needs overlap-step installed before it")
-    on_gpu = torch.cuda.is_available() and queue._on_gpu()
+    on_gpu = torch.cuda.is_available() and queue.on_gpu()
     if on_gpu:
         queue.side = torch.cuda.Stream()
     if trace.enabled():

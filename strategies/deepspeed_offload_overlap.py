@@ -46,19 +46,19 @@ import torch
 
 from shardlab.core import trace
 
-READY = "_shardlab_ready"  # on a parameter: its sub-group's _Gate
+GATE = "_shardlab_gate"  # on a parameter: its sub-group's _Gate
 _LIVE: "weakref.WeakSet[_Queue]" = weakref.WeakSet()
-_active = 0  # queues with work not yet settled: while 0, a parameter read does not look for READY
-_failed: Optional[BaseException] = None  # what a queue's thread raised (a read that waited on it raises it)
+_active = 0  # queues with work not yet settled: while 0, a parameter read does not look for GATE
 _waited = 0  # reads that waited for a sub-group since the last settle (SHARDLAB_TRACE notes it)
 
 
 class _Gate:
     """A sub-group between a step that queued its work and the first read of one of its parameters."""
 
-    __slots__ = ("ready", "copied", "pending")
+    __slots__ = ("queue", "ready", "copied", "pending")
 
-    def __init__(self) -> None:
+    def __init__(self, queue: "_Queue") -> None:
+        self.queue = queue  # whose thread sets it (a read that waited on a failed thread raises its error)
         self.ready = threading.Event()  # set once the thread has queued the sub-group's copy
         self.ready.set()
         self.copied: Any = None  # copy-stream: the CUDA event after that copy, for the reading stream to wait for
@@ -70,7 +70,7 @@ class _Queue:
 
     def __init__(self, zero) -> None:
         self.zero = weakref.proxy(zero)
-        self.gates = [_Gate() for _ in zero.fp16_groups]
+        self.gates = [_Gate(self) for _ in zero.fp16_groups]
         self.side: Any = None  # copy-stream (deepspeed_offload_copy_stream.py): the CUDA stream the copies run on
         self.work: list[tuple[int, dict[str, Any]]] = []  # (sub-group, its param group's hyperparameters) in order
         self.factor: Any = None  # the clip's multiplier of this step (a CPU value)
@@ -82,7 +82,7 @@ class _Queue:
         global _active
         if not self.work:
             return
-        stream = torch.cuda.current_stream() if torch.cuda.is_available() and self._on_gpu() else None
+        stream = torch.cuda.current_stream() if torch.cuda.is_available() and self.on_gpu() else None
         if stream is not None and self.side is not None:
             self.side.wait_stream(stream)  # the copies overwrite weights that the queued backward may still read
             stream = self.side
@@ -92,12 +92,12 @@ class _Queue:
         self.work, self.factor = [], None
         self.thread.start()
 
-    def _on_gpu(self) -> bool:
+    def on_gpu(self) -> bool:
+        """Whether the 16-bit partitions the copies write are on a GPU."""
         flat = self.zero.fp16_partitioned_groups_flat
         return any(t is not None and t.device.type == "cuda" for t in flat)
 
     def _run(self, work, factor, stream) -> None:
-        global _failed
         zero = self.zero
         try:
             if stream is not None:
@@ -114,7 +114,7 @@ class _Queue:
                         gate.copied.record(self.side)
                     gate.ready.set()
         except BaseException as e:  # the waiting side raises it
-            self.error = _failed = e
+            self.error = e
         finally:
             for gate in self.gates:
                 gate.ready.set()
@@ -152,7 +152,7 @@ def install(zero) -> int:
     cpu = [i for i in range(len(zero.fp16_groups)) if _cpu_stepped(zero, i)]
     for i in cpu:
         for param in zero.fp16_groups[i]:
-            setattr(param, READY, queue.gates[i])
+            setattr(param, GATE, queue.gates[i])
     zero.step = types.MethodType(_step, zero)
     zero.unscale_and_clip_grads = types.MethodType(_clip, zero)
     zero._optimizer_step = types.MethodType(_optimizer_step, zero)
@@ -271,13 +271,14 @@ def _wait_on_read() -> None:
         global _waited
         param = read(self, key)
         if _active and param is not None:
-            gate = getattr(param, READY, None)
+            gate = getattr(param, GATE, None)
             if gate is not None and gate.pending:
                 if not gate.ready.is_set():
                     _waited += 1
                     gate.ready.wait()
-                    if _failed is not None:
-                        raise RuntimeError("overlap-step: the optimizer's CPU step failed on its thread") from _failed
+                    if gate.queue.error is not None:
+                        raise RuntimeError("overlap-step: the optimizer's CPU step failed on its thread") \
+                            from gate.queue.error
                 if gate.copied is not None:  # copy-stream: the kernels this read feeds run after the copy
                     torch.cuda.current_stream().wait_event(gate.copied)
                 gate.pending = False
